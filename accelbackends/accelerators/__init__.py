@@ -1,0 +1,1 @@
+"""Built-in accelerator plugins, one module each; each is an ordinary plugin."""

@@ -1,0 +1,76 @@
+"""CPU with Gloo: always available, the fallback every other accelerator is measured against."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..hookspecs import hookimpl
+from ..spec import AcceleratorSpec, BindRequest, Detection, Probe
+
+#: Lowest of the built-ins: any real accelerator that is available wins over the CPU.
+PRIORITY = 0
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(local_world_size: int, cores: int | None = None) -> int:
+    """Cores divided evenly between the ranks of this node, at least one each."""
+    return max(1, (available_cores() if cores is None else cores) // max(1, local_world_size))
+
+
+def _detect(probe: Probe) -> Detection:
+    cores = available_cores()
+    return Detection(True, 1, f"always available ({cores} cores for this process)")
+
+
+def intra_op_threads(request: BindRequest) -> tuple[int | None, str]:
+    """How many intra-op threads this rank should use, and why (None: leave torch alone).
+
+    The user's choice wins: ``init(threads=...)``, else ``OMP_NUM_THREADS``, except that
+    torchrun sets ``OMP_NUM_THREADS=1`` for every worker of a multi-process node by default
+    (torch/distributed/run.py), which would leave all but one core idle; under torchrun a value
+    of 1 is taken as that default, not as the user's.
+    """
+    if request.threads is not None:
+        return request.threads, "threads= argument"
+    omp = request.env.get("OMP_NUM_THREADS", "").strip()
+    torchrun_default = request.cluster.launcher == "torchrun" and omp == "1"
+    if omp and not torchrun_default:
+        return None, "OMP_NUM_THREADS is set"
+    return threads_per_rank(request.local_world_size), (
+        f"{available_cores()} cores / {request.local_world_size} local ranks"
+    )
+
+
+def _bind(request: BindRequest) -> Any:
+    import torch
+
+    threads, _ = intra_op_threads(request)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.device("cpu")
+
+
+SPEC = AcceleratorSpec(
+    name="cpu",
+    device_type="cpu",
+    priority=PRIORITY,
+    backends=("gloo",),
+    default_backend="gloo",
+    detect=_detect,
+    bind=_bind,
+    description="CPU processes talking over Gloo",
+)
+
+
+@hookimpl
+def accelbackends_declare_accelerators() -> Sequence[AcceleratorSpec]:
+    return [SPEC]

@@ -1,0 +1,99 @@
+"""The ``accelbackends`` command line: ``info`` and ``check``.
+
+Errors are one line on stderr, never a traceback: exit 2 for bad input (a wrong variable, flag or
+override), 1 for a failure (a check that failed, a rank that died), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from .errors import AccelBackendsError, ConfigError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse's own usage errors already exit 2; keep them to one line plus the hint.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ._version import __version__
+
+    parser = _Parser(
+        prog="accelbackends",
+        description="Which accelerator, device and communication backend this process uses, "
+        "and proof that the ranks can talk.",
+    )
+    parser.add_argument("--version", action="version", version=f"accelbackends {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show torch's own C++ log lines and full tracebacks",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    info = commands.add_parser(
+        "info", help="what this node has, what would be chosen and why (does not import torch)"
+    )
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--all", action="store_true", help="list the built-in plugins too")
+    check = commands.add_parser(
+        "check", help="start (or join) the ranks, verify collectives and measure bandwidth"
+    )
+    from . import check as check_command
+
+    check_command.add_arguments(check)
+    return parser
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .info import collect, render
+    from .registry import default_registry
+
+    report = collect(default_registry(), show_all=args.all)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script and of ``python -m accelbackends``."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        # torch prints C++ log lines with stack frames for store errors we already explain;
+        # the level is read once, when torch is imported, so set it before that.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    try:
+        if args.command == "info":
+            return _info(args)
+        from . import check as check_command
+
+        return check_command.run(args)
+    except ConfigError as exc:
+        if args.verbose:
+            raise
+        print(f"accelbackends: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except AccelBackendsError as exc:
+        if args.verbose:
+            raise
+        print(f"accelbackends: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("accelbackends: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

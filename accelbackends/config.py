@@ -1,0 +1,138 @@
+"""Strict parsing of the ``ACCELBACKENDS_*`` environment variables.
+
+Nothing here runs at import time: each value is read when the code that needs it asks, from the
+mapping it is given (``os.environ`` by default, an injected dict in tests).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from .errors import ConfigError
+
+__all__ = [
+    "ACCELERATOR",
+    "BACKEND",
+    "DISABLE",
+    "DISABLE_PLUGIN_AUTOLOAD",
+    "KNOWN_VARIABLES",
+    "PLUGINS",
+    "PREFIX",
+    "RENDEZVOUS_TIMEOUT",
+    "TIMEOUT",
+    "overrides",
+    "parse_bool",
+    "parse_name_list",
+    "parse_seconds",
+    "read_bool",
+    "read_name",
+    "read_name_list",
+    "read_seconds",
+]
+
+PREFIX = "ACCELBACKENDS_"
+ACCELERATOR = PREFIX + "ACCELERATOR"
+BACKEND = PREFIX + "BACKEND"
+DISABLE = PREFIX + "DISABLE"
+PLUGINS = PREFIX + "PLUGINS"
+DISABLE_PLUGIN_AUTOLOAD = PREFIX + "DISABLE_PLUGIN_AUTOLOAD"
+TIMEOUT = PREFIX + "TIMEOUT"
+RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
+
+#: Every variable the package reads, with a one-line meaning (the docs and ``info`` use it).
+KNOWN_VARIABLES: dict[str, str] = {
+    ACCELERATOR: "use this accelerator instead of the automatic choice",
+    BACKEND: "use this communication backend instead of the accelerator's default",
+    DISABLE: "comma-separated plugin names to block (built-ins too, except cpu)",
+    PLUGINS: "comma-separated allow-list of third-party plugins to load (empty: none)",
+    DISABLE_PLUGIN_AUTOLOAD: "1: load only the built-in plugins",
+    TIMEOUT: "collective timeout in seconds",
+    RENDEZVOUS_TIMEOUT: "how long to wait for all ranks to join, in seconds",
+}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def parse_bool(value: str, *, source: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``, any case; anything else names ``source``."""
+    word = value.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ConfigError(
+        f"{source}={value!r} is not a boolean; use one of 1, true, yes, on or 0, false, no, off"
+    )
+
+
+def parse_seconds(value: object, *, source: str) -> float:
+    """A positive, finite number of seconds (``"90"``, ``"1.5"`` or a number)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{source}={value!r} is not a number of seconds; use a positive number")
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{source}={value!r} is not a number of seconds; use a positive number such as 300"
+        ) from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(
+            f"{source}={value!r} must be a positive, finite number of seconds, such as 300"
+        )
+    return seconds
+
+
+def parse_name_list(value: str, *, source: str) -> tuple[str, ...]:
+    """A comma-separated list of names; spaces around items are ignored, empty items are not."""
+    if not value.strip():
+        return ()
+    names = tuple(item.strip() for item in value.split(","))
+    for name in names:
+        if not name:
+            raise ConfigError(
+                f"{source}={value!r} has an empty item; use comma-separated names such as 'a,b'"
+            )
+        if not _NAME.match(name):
+            raise ConfigError(
+                f"{source}={value!r}: {name!r} is not a plugin name "
+                "(letters, digits, '.', '_' and '-')"
+            )
+    return names
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    """The variable's value, or None where it is unset or blank (``export X=`` means unset)."""
+    value = env.get(name)
+    if value is None or not value.strip():
+        return None
+    return value
+
+
+def read_name(env: Mapping[str, str], name: str) -> str | None:
+    value = _get(env, name)
+    return None if value is None else value.strip()
+
+
+def read_bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = _get(env, name)
+    return default if value is None else parse_bool(value, source=name)
+
+
+def read_seconds(env: Mapping[str, str], name: str) -> float | None:
+    value = _get(env, name)
+    return None if value is None else parse_seconds(value, source=name)
+
+
+def read_name_list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    """None where unset; an empty tuple where set to the empty string (meaning "none")."""
+    value = env.get(name)
+    return None if value is None else parse_name_list(value, source=name)
+
+
+def overrides(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``ACCELBACKENDS_*`` variables set in ``env``, sorted by name."""
+    return {key: env[key] for key in sorted(env) if key.startswith(PREFIX)}

@@ -1,0 +1,1 @@
+"""Built-in cluster-environment plugins, one module per launcher; each is an ordinary plugin."""

@@ -1,0 +1,13 @@
+"""``single``: no launcher variables; one process, and no network needed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..hookspecs import hookimpl
+from ..spec import ClusterInfo
+
+
+@hookimpl(trylast=True)
+def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo:
+    return ClusterInfo(launcher="single")

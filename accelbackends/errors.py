@@ -1,0 +1,60 @@
+"""The package's own exception classes.
+
+Every error a user can act on is one of these, with a message that names the input, the bad value
+and what would be accepted. The command line turns them into one line on stderr and exit code 2
+(bad input) or 1 (a check or a run that failed).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccelBackendsError",
+    "ConfigError",
+    "InitError",
+    "PluginError",
+    "PluginWarning",
+    "RendezvousError",
+    "SelectionError",
+    "SpawnError",
+]
+
+
+class AccelBackendsError(Exception):
+    """Base class of every error raised by accelbackends."""
+
+
+class ConfigError(AccelBackendsError, ValueError):
+    """A bad input: an environment variable, a launcher variable or an argument."""
+
+
+class SelectionError(ConfigError):
+    """The requested accelerator or backend is unknown, unavailable or unsupported."""
+
+
+class PluginError(AccelBackendsError):
+    """A plugin failed to load, declared nonsense, or one of its callables raised."""
+
+
+class InitError(AccelBackendsError):
+    """Binding the device or initialising the process group failed."""
+
+
+class RendezvousError(InitError):
+    """The ranks could not meet: a rank did not join in time, or the store could not start."""
+
+
+class SpawnError(AccelBackendsError):
+    """A rank started by :func:`accelbackends.spawn` failed.
+
+    ``rank`` is the first rank that failed, ``traceback`` the text of its traceback (empty when
+    the process died without reporting, e.g. killed by a signal).
+    """
+
+    def __init__(self, message: str, *, rank: int, traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+
+
+class PluginWarning(UserWarning):
+    """A plugin failed to load or misbehaved; the rest of the system keeps working."""

@@ -1,0 +1,359 @@
+"""``init()``, ``destroy()`` and ``distributed()``: the full path from detection to a process group.
+
+detect → select → recognise the cluster environment → deep check → bind the device → backend
+options (accelerator, then the options hook) → rendezvous with a join timeout →
+``init_process_group`` with an explicit backend string and timeout → seed → post-init hook.
+Any failure on the way tears down what was built: no half-initialised process group remains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from . import config
+from .errors import AccelBackendsError, ConfigError, InitError
+from .registry import Registry, default_registry
+from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, meet
+from .selection import Selection, select
+from .spec import BackendOptions, BindRequest, ClusterInfo, OptionsRequest
+
+__all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_initialized"]
+
+#: The collective timeout when neither ``timeout=`` nor ``ACCELBACKENDS_TIMEOUT`` says otherwise
+#: (torch's own default for non-NCCL backends, passed explicitly).
+DEFAULT_TIMEOUT = 1800.0
+_SEED_LIMIT = 2**32  # NumPy's legacy seeding accepts 0 .. 2**32 - 1
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process stands in the initialised job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    device: Any
+    accelerator: str
+    backend: str
+    #: The exact string passed to ``init_process_group`` (e.g. ``cpu:gloo,cuda:nccl``).
+    process_group_backend: str
+    launcher: str
+    master_addr: str | None
+    master_port: int | None
+    timeout: float
+    rendezvous_timeout: float
+    seed: int | None
+    threads: int | None
+    reason: str
+    selection: Selection = field(repr=False, compare=False)
+    cluster: ClusterInfo = field(repr=False, compare=False)
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that reports."""
+        return self.rank == 0
+
+
+@dataclass
+class _State:
+    context: Context
+    rendezvous: Rendezvous
+
+
+_state: _State | None = None
+_generation = 0
+
+
+def is_initialized() -> bool:
+    """True between a successful :func:`init` and :func:`destroy`."""
+    return _state is not None
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value >= high)
+    ):
+        bound = f"an integer from {low} to {high - 1}" if high else f"an integer >= {low}"
+        raise ConfigError(f"{name}={value!r} is not valid; use {bound}")
+    return value
+
+
+def _seconds(argument: object, name: str, variable: str, env: Any, default: float) -> float:
+    if argument is not None:
+        if isinstance(argument, timedelta):
+            argument = argument.total_seconds()
+        return config.parse_seconds(argument, source=name)
+    from_env = config.read_seconds(env, variable)
+    return default if from_env is None else from_env
+
+
+def init(
+    *,
+    accelerator: str | None = None,
+    backend: str | None = None,
+    timeout: float | timedelta | None = None,
+    rendezvous_timeout: float | timedelta | None = None,
+    seed: int | None = None,
+    seed_per_rank: bool = False,
+    threads: int | None = None,
+    cluster: ClusterInfo | None = None,
+    registry: Registry | None = None,
+) -> Context:
+    """Detect, select, discover the cluster environment, bind the device and initialise
+    ``torch.distributed``; returns the :class:`Context`.
+
+    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
+    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
+    :param timeout: Collective timeout, seconds or a timedelta (``ACCELBACKENDS_TIMEOUT``;
+        default 1800 s).
+    :param rendezvous_timeout: How long to wait for every rank to join
+        (``ACCELBACKENDS_RENDEZVOUS_TIMEOUT``; default 300 s).
+    :param seed: Seed Python's ``random``, NumPy (if installed) and torch identically on every rank.
+    :param seed_per_rank: Add the rank to ``seed``, so each rank draws different numbers.
+    :param threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
+        ``OMP_NUM_THREADS`` is set).
+    :param cluster: Use this cluster description instead of recognising the launcher.
+    :param registry: Use this registry instead of the process's default.
+
+    A second call with compatible arguments returns the same context; an incompatible one is a
+    :class:`~accelbackends.errors.ConfigError`. Call :func:`destroy` to start over.
+    """
+    registry = registry or default_registry()
+    env = registry.env
+    timeout_s = _seconds(timeout, "timeout", config.TIMEOUT, env, DEFAULT_TIMEOUT)
+    join_s = _seconds(
+        rendezvous_timeout,
+        "rendezvous_timeout",
+        config.RENDEZVOUS_TIMEOUT,
+        env,
+        DEFAULT_RENDEZVOUS_TIMEOUT,
+    )
+    if seed is not None:
+        _check_int("seed", seed, 0, _SEED_LIMIT)
+    if threads is not None:
+        _check_int("threads", threads, 1)
+    if cluster is not None and not isinstance(cluster, ClusterInfo):
+        raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
+
+    if _state is not None:
+        return _same_context(
+            _state.context,
+            accelerator=accelerator,
+            backend=backend,
+            timeout=None if timeout is None else timeout_s,
+            rendezvous_timeout=None if rendezvous_timeout is None else join_s,
+            seed=seed,
+            threads=threads,
+        )
+
+    selection = select(accelerator, backend, registry=registry)
+    cluster = cluster or registry.cluster_environment()
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        raise InitError(
+            "torch.distributed is already initialised by code outside accelbackends "
+            f"(backend {dist.get_backend()}); call torch.distributed.destroy_process_group() "
+            "first, or use that process group instead of accelbackends.init()"
+        )
+    return _initialise(
+        registry, selection, cluster, timeout_s, join_s, seed, seed_per_rank, threads
+    )
+
+
+def _same_context(context: Context, **requested: Any) -> Context:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise InitError(
+            "the process group made by accelbackends.init() was destroyed behind its back "
+            "(torch.distributed.destroy_process_group()); call accelbackends.destroy() first"
+        )
+    for name, value in requested.items():
+        if value is not None and value != getattr(context, name):
+            raise ConfigError(
+                f"accelbackends.init() already ran with {name}={getattr(context, name)!r}; "
+                f"this call asks for {name}={value!r}. Call accelbackends.destroy() before "
+                "initialising differently"
+            )
+    return context
+
+
+def _plugin_call(what: str, plugin: str, call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except AccelBackendsError:
+        raise
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        raise InitError(f"{what} failed in plugin {plugin!r}: {detail}") from exc
+
+
+def _initialise(
+    registry: Registry,
+    selection: Selection,
+    cluster: ClusterInfo,
+    timeout_s: float,
+    join_s: float,
+    seed: int | None,
+    seed_per_rank: bool,
+    threads: int | None,
+) -> Context:
+    global _state, _generation
+    import torch.distributed as dist
+
+    status, spec = selection.status, selection.spec
+    if spec.confirm is not None:
+        disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
+        if disagreement:
+            raise InitError(
+                f"accelerator {spec.name!r} was detected ({status.detection.reason}), "
+                f"but torch disagrees: {disagreement}"
+            )
+    request = BindRequest(
+        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads
+    )
+    device = _plugin_call(
+        f"binding local rank {cluster.local_rank} to a {spec.name} device",
+        status.plugin,
+        spec.bind,
+        request,
+    )
+    timeout = timedelta(seconds=timeout_s)
+    if spec.backend_options is not None:
+        options = _plugin_call(
+            "building the backend options",
+            status.plugin,
+            spec.backend_options,
+            OptionsRequest(selection.backend, device, timeout, cluster, registry.env),
+        )
+        if not isinstance(options, BackendOptions):
+            raise InitError(
+                f"plugin {status.plugin!r}: backend_options returned {options!r}, "
+                "not BackendOptions"
+            )
+    else:
+        options = BackendOptions(backend=selection.backend, timeout=timeout)
+    options = registry.backend_options(spec, options, cluster)
+    for key, value in options.env_defaults.items():
+        os.environ.setdefault(key, value)
+
+    _generation += 1
+    rendezvous = meet(cluster, join_timeout=join_s, generation=_generation)
+    try:
+        rendezvous.raw.set_timeout(options.timeout)
+        extra: dict[str, Any] = {}
+        if options.device_id is not None:
+            extra["device_id"] = options.device_id
+        try:
+            dist.init_process_group(
+                backend=options.backend,
+                store=rendezvous.store,
+                rank=cluster.rank,
+                world_size=cluster.world_size,
+                timeout=options.timeout,
+                pg_options=options.pg_options,
+                **extra,
+            )
+        except Exception as exc:
+            lines = str(exc).strip().splitlines()
+            raise InitError(
+                f"init_process_group(backend={options.backend!r}) failed on rank "
+                f"{cluster.rank}: {lines[0] if lines else type(exc).__name__}"
+            ) from exc
+        _hold_store_until_all_ready(cluster, rendezvous, join_s)
+        if seed is not None:
+            _seed(seed + (cluster.rank if seed_per_rank else 0))
+        context = Context(
+            rank=cluster.rank,
+            world_size=cluster.world_size,
+            local_rank=cluster.local_rank,
+            local_world_size=cluster.local_world_size,
+            node_rank=cluster.node_rank,
+            device=device,
+            accelerator=spec.name,
+            backend=selection.backend,
+            process_group_backend=options.backend,
+            launcher=cluster.launcher,
+            master_addr=cluster.master_addr,
+            master_port=cluster.master_port,
+            timeout=options.timeout.total_seconds(),
+            rendezvous_timeout=join_s,
+            seed=seed,
+            threads=threads,
+            reason=selection.reason,
+            selection=selection,
+            cluster=cluster,
+        )
+        _state = _State(context, rendezvous)
+        registry.post_init(context)
+    except BaseException:
+        _state = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    return context
+
+
+def _hold_store_until_all_ready(
+    cluster: ClusterInfo, rendezvous: Rendezvous, join_s: float
+) -> None:
+    """Rank 0 hosts the store: it must not go away while another rank still reads its peers'
+    addresses from it (Gloo connects pairs through the store after rank 0 may have finished)."""
+    if cluster.world_size == 1 or cluster.store_hosted:
+        return
+    store = rendezvous.store  # prefixed per attempt
+    if store.add("accelbackends/ready", 1) >= cluster.world_size:
+        store.set("accelbackends/all-ready", "1")
+    if cluster.rank == 0:
+        store.wait(["accelbackends/all-ready"], timedelta(seconds=join_s))
+
+
+def _seed(value: int) -> None:
+    import torch
+
+    random.seed(value)
+    torch.manual_seed(value)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(value % _SEED_LIMIT)
+
+
+def destroy() -> None:
+    """Tear down the process group made by :func:`init`; a no-op when there is none."""
+    global _state
+    if _state is None:
+        return
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        _state = None
+
+
+@contextlib.contextmanager
+def distributed(**kwargs: Any) -> Iterator[Context]:
+    """``with accelbackends.distributed() as ctx:``: :func:`init`, and :func:`destroy` always,
+    also when the body raises. Takes the same keyword arguments as :func:`init`."""
+    context = init(**kwargs)
+    try:
+        yield context
+    finally:
+        destroy()

@@ -1,0 +1,431 @@
+"""The plugin registry: loading plugins, and the typed facade that is the only caller of hooks.
+
+Built-in plugins are registered by module path through the same path as third-party ones, which
+come from the ``accelbackends`` entry-point group one at a time: a plugin that fails to import,
+misspells a hook or declares nonsense is recorded as *failed*, warned about, and left out; the
+host keeps working. Tests build a fresh :class:`Registry` with an injected environment instead of
+touching a global.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import types
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import pluggy
+
+from . import config, hookspecs
+from .errors import ConfigError, PluginError, PluginWarning
+from .spec import (
+    AcceleratorSpec,
+    AcceleratorStatus,
+    BackendOptions,
+    Choice,
+    ClusterInfo,
+    Detection,
+    Probe,
+)
+
+if TYPE_CHECKING:
+    from .lifecycle import Context
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "PluginInfo",
+    "Registry",
+    "default_registry",
+    "reset",
+]
+
+ENTRY_POINT_GROUP = "accelbackends"
+BUILTIN_DISTRIBUTION = "accelbackends"
+
+#: Built-in plugins as (name, module). Cluster environments are listed from the last asked to the
+#: first asked: pluggy calls later registrations first, and third-party plugins, registered after
+#: these, are asked before all of them.
+BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("defaults", "accelbackends.defaults"),
+    ("cpu", "accelbackends.accelerators.cpu"),
+    ("single", "accelbackends.environments.single"),
+    ("env", "accelbackends.environments.env"),
+    ("torchrun", "accelbackends.environments.torchrun"),
+)
+#: Built-ins that cannot be blocked: the always-available fallbacks and the hook defaults.
+UNBLOCKABLE = frozenset({"defaults", "cpu", "single"})
+
+Status = Literal["active", "blocked", "failed"]
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A plugin as ``info`` lists it."""
+
+    name: str
+    distribution: str
+    version: str
+    status: Status
+    error: str = ""
+    builtin: bool = False
+
+    @property
+    def provider(self) -> str:
+        """``distribution version`` for messages, e.g. ``accelbackends-ascend 1.0``."""
+        return f"{self.distribution} {self.version}".strip() or self.name
+
+
+def _version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class Registry:
+    """Plugins, their accelerators and the hooks, for one environment.
+
+    :param env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
+        (``os.environ`` itself by default, read live).
+    :param root: The filesystem root that detection probes look under (``/`` by default).
+    :param plugins: Extra plugin objects to register after the built-ins, as (name, object); the
+        testing kit uses this to register a plugin inline.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        root: str | os.PathLike[str] = "/",
+        plugins: Iterable[tuple[str, object]] = (),
+    ) -> None:
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.root = Path(root)
+        self._inline = list(plugins)
+        self._pm: pluggy.PluginManager | None = None
+        self._plugins: dict[str, PluginInfo] = {}
+        self._accelerators: dict[str, tuple[AcceleratorSpec, PluginInfo]] = {}
+        self._detections: tuple[AcceleratorStatus, ...] | None = None
+
+    # -- loading -------------------------------------------------------------------------------
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        if self._pm is None:
+            self._load()
+        assert self._pm is not None
+        return self._pm
+
+    def _load(self) -> None:
+        disable = config.read_name_list(self.env, config.DISABLE) or ()
+        allow = config.read_name_list(self.env, config.PLUGINS)
+        autoload = not config.read_bool(self.env, config.DISABLE_PLUGIN_AUTOLOAD)
+        entry_points = _entry_points() if autoload else []
+        third_party = sorted({ep.name for ep in entry_points})
+        builtin_names = [name for name, _ in BUILTIN_PLUGINS]
+
+        for name in disable:
+            if name in UNBLOCKABLE:
+                raise ConfigError(
+                    f"{config.DISABLE}: plugin {name!r} cannot be disabled "
+                    f"(it is the always-available fallback); blockable plugins: "
+                    f"{', '.join(sorted(set(builtin_names + third_party) - UNBLOCKABLE))}"
+                )
+            if name not in builtin_names and name not in third_party:
+                raise ConfigError(
+                    f"{config.DISABLE}: {name!r} is not an installed plugin; known plugins: "
+                    f"{', '.join(sorted(set(builtin_names + third_party) - UNBLOCKABLE))}"
+                )
+        if allow is not None and autoload:
+            for name in allow:
+                if name not in third_party:
+                    raise ConfigError(
+                        f"{config.PLUGINS}: {name!r} is not an installed third-party plugin; "
+                        f"installed: {', '.join(third_party) or 'none'}"
+                    )
+
+        pm = pluggy.PluginManager(hookspecs.PROJECT)
+        pm.add_hookspecs(hookspecs)
+        self._pm = pm
+        for name, module_path in BUILTIN_PLUGINS:
+            if name in disable:
+                self._block(name, BUILTIN_DISTRIBUTION, _version(), True, f"{config.DISABLE}")
+                continue
+            self._register(
+                functools.partial(importlib.import_module, module_path),
+                name,
+                BUILTIN_DISTRIBUTION,
+                _version(),
+                builtin=True,
+            )
+        for ep in sorted(entry_points, key=lambda e: (e.name, _dist_name(e))):
+            dist, version = _dist_name(ep), _dist_version(ep)
+            if name_taken := self._plugins.get(ep.name):
+                self._fail(
+                    ep.name,
+                    dist,
+                    version,
+                    f"plugin name {ep.name!r} is already used by {name_taken.provider}",
+                )
+            elif ep.name in disable:
+                self._block(ep.name, dist, version, False, config.DISABLE)
+            elif allow is not None and ep.name not in allow:
+                self._block(ep.name, dist, version, False, f"not in {config.PLUGINS}")
+            else:
+                self._register(ep.load, ep.name, dist, version, builtin=False)
+        for name, plugin in self._inline:
+            self._register(functools.partial(_identity, plugin), name, "", "", builtin=False)
+
+    def _block(self, name: str, dist: str, version: str, builtin: bool, why: str) -> None:
+        assert self._pm is not None
+        self._pm.set_blocked(name)
+        self._plugins[name] = PluginInfo(
+            name, dist, version, "blocked", f"blocked by {why}", builtin
+        )
+
+    def _fail(self, name: str, dist: str, version: str, error: str, builtin: bool = False) -> None:
+        self._plugins[name] = PluginInfo(name, dist, version, "failed", error, builtin)
+        where = f" ({dist} {version})" if dist else ""
+        warnings.warn(
+            f"accelbackends plugin {name!r}{where} was not loaded: {error}",
+            PluginWarning,
+            stacklevel=4,
+        )
+
+    def _register(
+        self,
+        load: Callable[[], object],
+        name: str,
+        dist: str,
+        version: str,
+        *,
+        builtin: bool,
+    ) -> None:
+        pm = self.pm
+        info = PluginInfo(name, dist, version, "active", "", builtin)
+        try:
+            plugin = load()
+        except Exception as exc:
+            self._fail(name, dist, version, f"import failed: {_describe(exc)}", builtin)
+            return
+        try:
+            pm.register(plugin, name)
+            # Every hook spec is known before any plugin loads, so anything pending now is this
+            # plugin's: a misspelled accelbackends_* hook.
+            pm.check_pending()
+            specs = self._declared(plugin, name)
+        except Exception as exc:
+            if pm.is_registered(plugin):
+                pm.unregister(plugin)
+            self._fail(name, dist, version, _describe(exc), builtin)
+            return
+        for spec in specs:
+            self._accelerators[spec.name] = (spec, info)
+        self._plugins[name] = info
+        self._detections = None
+
+    def _declared(self, plugin: object, name: str) -> list[AcceleratorSpec]:
+        specs: list[AcceleratorSpec] = []
+        for impl in self.pm.hook.accelbackends_declare_accelerators.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            declared = impl.function()
+            if not isinstance(declared, (list, tuple)) or not all(
+                isinstance(spec, AcceleratorSpec) for spec in declared
+            ):
+                raise PluginError(
+                    "accelbackends_declare_accelerators must return a list of AcceleratorSpec, "
+                    f"not {declared!r}"
+                )
+            specs.extend(declared)
+        seen: dict[str, str] = {}
+        for spec in specs:
+            if spec.name in seen:
+                raise PluginError(f"declares accelerator {spec.name!r} twice")
+            seen[spec.name] = name
+            if spec.name in self._accelerators:
+                other = self._accelerators[spec.name][1]
+                raise PluginError(
+                    f"accelerator {spec.name!r} is already declared by plugin {other.name!r} "
+                    f"({other.provider}); uninstall one of them or block one with "
+                    f"{config.DISABLE}"
+                )
+        return specs
+
+    def register(self, plugin: object, name: str) -> PluginInfo:
+        """Register a plugin object now (inline plugins in tests and notebooks)."""
+        self._register(functools.partial(_identity, plugin), name, "", "", builtin=False)
+        return self._plugins[name]
+
+    @property
+    def plugins(self) -> tuple[PluginInfo, ...]:
+        """Every plugin seen: active, blocked or failed, in load order."""
+        self.pm  # noqa: B018 - loads on first use
+        return tuple(self._plugins.values())
+
+    # -- detection -----------------------------------------------------------------------------
+
+    def detect(self) -> tuple[AcceleratorStatus, ...]:
+        """Every declared accelerator with its verdict, sorted by name; cached until reset()."""
+        self.pm  # noqa: B018
+        if self._detections is None:
+            probe = Probe(env=self.env, root=self.root)
+            self._detections = tuple(
+                AcceleratorStatus(
+                    spec,
+                    info.name,
+                    info.distribution,
+                    info.version,
+                    _guarded_detect(spec, info, probe),
+                )
+                for _, (spec, info) in sorted(self._accelerators.items())
+            )
+        return self._detections
+
+    def reset(self) -> None:
+        """Forget detection results, so the next :meth:`detect` probes again."""
+        self._detections = None
+
+    def blocked_plugins(self) -> list[str]:
+        return [p.name for p in self.plugins if p.status == "blocked"]
+
+    # -- the typed facade over the policy hooks -------------------------------------------------
+
+    def cluster_environment(self) -> ClusterInfo:
+        hook = self.pm.hook.accelbackends_cluster_environment
+        try:
+            result = hook(env=self.env)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise self._hook_error(hook, exc, "recognising the cluster environment") from exc
+        if not isinstance(result, ClusterInfo):
+            raise PluginError(
+                "accelbackends_cluster_environment returned "
+                f"{result!r} instead of a ClusterInfo (plugins: {_impl_names(hook)})"
+            )
+        return result
+
+    def select_accelerator(self, candidates: Sequence[AcceleratorStatus]) -> Choice | None:
+        hook = self.pm.hook.accelbackends_select_accelerator
+        try:
+            result = hook(candidates=candidates, env=self.env)
+        except Exception as exc:
+            raise self._hook_error(hook, exc, "selecting the accelerator") from exc
+        if result is not None and not isinstance(result, Choice):
+            raise PluginError(
+                f"accelbackends_select_accelerator returned {result!r} instead of a Choice "
+                f"(plugins: {_impl_names(hook)})"
+            )
+        return result
+
+    def backend_options(
+        self, accelerator: AcceleratorSpec, options: BackendOptions, cluster: ClusterInfo
+    ) -> BackendOptions:
+        hook = self.pm.hook.accelbackends_backend_options
+        try:
+            result = hook(accelerator=accelerator, options=options, cluster=cluster)
+        except Exception as exc:
+            raise self._hook_error(hook, exc, "adjusting the backend options") from exc
+        if not isinstance(result, BackendOptions):
+            raise PluginError(
+                f"accelbackends_backend_options returned {result!r} instead of BackendOptions "
+                f"(plugins: {_impl_names(hook)})"
+            )
+        return result
+
+    def post_init(self, context: Context) -> None:
+        hook = self.pm.hook.accelbackends_post_init
+        try:
+            hook(context=context)
+        except Exception as exc:
+            raise self._hook_error(hook, exc, "running the post-init hook") from exc
+
+    def _hook_error(self, hook: Any, exc: Exception, doing: str) -> PluginError:
+        culprit = _culprit(hook, exc)
+        who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
+        return PluginError(f"{who} failed while {doing}: {_describe(exc)}")
+
+
+def _guarded_detect(spec: AcceleratorSpec, info: PluginInfo, probe: Probe) -> Detection:
+    """Run a spec's probe; a probe that raises or returns nonsense is "unavailable"."""
+    try:
+        result: object = spec.detect(probe)
+    except Exception as exc:
+        return Detection(False, 0, f"plugin error in {info.name!r}: {_describe(exc)}")
+    if not isinstance(result, Detection):
+        return Detection(
+            False, 0, f"plugin error in {info.name!r}: detect returned {result!r}, not Detection"
+        )
+    if not result.reason:
+        return Detection(
+            result.available,
+            result.device_count,
+            "available" if result.available else "not available",
+        )
+    return result
+
+
+def _identity(plugin: object) -> object:
+    return plugin
+
+
+def _impl_names(hook: Any) -> str:
+    return ", ".join(sorted({impl.plugin_name for impl in hook.get_hookimpls()}))
+
+
+def _culprit(hook: Any, exc: BaseException) -> str | None:
+    """The plugin whose hook implementation raised ``exc``, from the traceback's code objects."""
+    codes = {}
+    for impl in hook.get_hookimpls():
+        code = getattr(impl.function, "__code__", None)
+        if isinstance(code, types.CodeType):
+            codes[code] = impl.plugin_name
+    tb = exc.__traceback__
+    culprit = None
+    while tb is not None:
+        culprit = codes.get(tb.tb_frame.f_code, culprit)
+        tb = tb.tb_next
+    return culprit
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(dist.metadata["Name"]) if dist is not None else ""
+
+
+def _dist_version(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(dist.version) if dist is not None else ""
+
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The process's registry over ``os.environ``, loaded on first use."""
+    global _default
+    if _default is None:
+        _default = Registry()
+    return _default
+
+
+def reset() -> None:
+    """Forget the process's registry and its detection cache (plugins load again on next use)."""
+    global _default
+    _default = None

@@ -1,0 +1,152 @@
+"""Meeting the other ranks: a store the core creates itself, with its own join timeout.
+
+``init_process_group``'s single ``timeout`` is both the rendezvous wait and the collective
+timeout (30 minutes by default): a rank that never starts would keep the others waiting that
+long. Here every rank first joins through the store within the rendezvous timeout and, if some
+never come, fails with "k/N ranks joined"; only then is the collective timeout set.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import config
+from .errors import RendezvousError
+from .spec import ClusterInfo
+
+__all__ = ["DEFAULT_RENDEZVOUS_TIMEOUT", "Rendezvous", "host_loopback_store", "meet"]
+
+DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
+_KEY = "accelbackends"
+
+
+@dataclass
+class Rendezvous:
+    """The store handed to ``init_process_group`` (prefixed per attempt) and the raw one."""
+
+    store: Any
+    raw: Any
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(
+            cluster.master_addr or "127.0.0.1",
+            cluster.master_port or 0,
+            cluster.world_size,
+            True,
+            timeout,
+            wait_for_workers=False,
+        )
+    except dist.DistNetworkError as exc:
+        if "EADDRINUSE" in str(exc) or "address already in use" in str(exc):
+            raise RendezvousError(
+                f"{cluster.source('master_port')}={cluster.master_port}: port "
+                f"{cluster.master_port} is already in use on this host, so rank 0 cannot host "
+                "the rendezvous store there; choose a free port or stop the process using it"
+            ) from None
+        raise RendezvousError(
+            f"rank 0 could not host the rendezvous store on port {cluster.master_port}: "
+            f"{_first_line(exc)}"
+        ) from None
+
+
+def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(
+            cluster.master_addr, cluster.master_port, cluster.world_size, False, timeout
+        )
+    except dist.DistError as exc:
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at "
+            f"{cluster.master_addr}:{cluster.master_port} "
+            f"({cluster.source('master_addr')}/{cluster.source('master_port')}) within "
+            f"{timeout.total_seconds():g} s: {_first_line(exc)}; is rank 0 running, and is the "
+            "address reachable from this node?"
+        ) from None
+
+
+def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rendezvous:
+    """Connect to (or host) the store and wait until all ``world_size`` ranks have joined."""
+    import torch.distributed as dist
+
+    if cluster.world_size == 1 and not cluster.store_hosted:
+        store = dist.HashStore()
+        return Rendezvous(store, store)
+    if not cluster.master_addr or cluster.master_port is None:
+        raise RendezvousError(
+            f"{cluster.world_size} ranks need a rendezvous address, but the {cluster.launcher} "
+            "environment gives none; set MASTER_ADDR and MASTER_PORT to rank 0's host and a "
+            "free port"
+        )
+    timeout = timedelta(seconds=join_timeout)
+    deadline = time.monotonic() + join_timeout
+    if cluster.rank == 0 and not cluster.store_hosted:
+        raw = _server(cluster, timeout)
+    else:
+        raw = _client(cluster, timeout)
+    prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
+    joined = raw.add(prefix + "joined", 1)
+    if joined >= cluster.world_size:
+        raw.set(prefix + "complete", "1")
+    else:
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            raw.wait([prefix + "complete"], timedelta(seconds=remaining))
+        except dist.DistError:
+            try:
+                joined = raw.add(prefix + "joined", 0)
+            except dist.DistError:
+                joined = -1
+            where = f"{cluster.master_addr}:{cluster.master_port}"
+            count = f"{joined}/{cluster.world_size}" if joined >= 0 else "not all"
+            raise RendezvousError(
+                f"rendezvous timed out after {join_timeout:g} s: {count} ranks joined at "
+                f"{where} (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise "
+                "the missing ranks never started or cannot reach this address)"
+            ) from None
+    return Rendezvous(dist.PrefixStore(prefix, raw), raw)
+
+
+def free_loopback_socket() -> socket.socket:
+    """A listening socket on 127.0.0.1 with a port the kernel chose; nothing else can take it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+def host_loopback_store(world_size: int, timeout: float) -> tuple[Any, int]:
+    """Host a store on loopback only (single-node runs); returns the store and its port.
+
+    TCPStore alone listens on every address; giving it a socket bound to 127.0.0.1 keeps a
+    single-node job's unauthenticated store off the network.
+    """
+    import torch.distributed as dist
+
+    sock = free_loopback_socket()
+    port = int(sock.getsockname()[1])
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world_size,
+        True,
+        timedelta(seconds=timeout),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
+    return store, port

@@ -1,0 +1,124 @@
+"""``detect()`` and ``select()``: which accelerators exist here, and which one to use, and why.
+
+Order of authority for the accelerator: the ``accelerator=`` argument, then
+``ACCELBACKENDS_ACCELERATOR``, then the selection hook (first answer wins; the built-in default,
+highest priority among the available with ties broken by name, answers last). A requested
+accelerator that is unknown or unavailable is an error, never a silent fallback. The backend:
+``backend=``, then ``ACCELBACKENDS_BACKEND``, then the accelerator's default; it must be one the
+accelerator supports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import config
+from .errors import PluginError, SelectionError
+from .registry import Registry, default_registry
+from .spec import AcceleratorSpec, AcceleratorStatus
+
+__all__ = ["Selection", "detect", "select"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen accelerator and backend, why, and every candidate's verdict."""
+
+    accelerator: str
+    backend: str
+    reason: str
+    backend_reason: str
+    candidates: tuple[AcceleratorStatus, ...]
+
+    @property
+    def status(self) -> AcceleratorStatus:
+        return next(c for c in self.candidates if c.name == self.accelerator)
+
+    @property
+    def spec(self) -> AcceleratorSpec:
+        return self.status.spec
+
+
+def detect(*, registry: Registry | None = None) -> tuple[AcceleratorStatus, ...]:
+    """Every known accelerator with its verdict (available, device count, reason, provider).
+
+    Cheap: runs each plugin's fast probe once per process (cached); never imports torch or a
+    vendor runtime.
+    """
+    return (registry or default_registry()).detect()
+
+
+def _requested(
+    value: str | None, argument: str, env_value: str | None, variable: str
+) -> tuple[str | None, str]:
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise SelectionError(f"{argument}={value!r} is not a name; pass a str such as 'cpu'")
+        return value.strip(), f"{argument}={value.strip()!r}"
+    if env_value is not None:
+        return env_value, f"{variable}={env_value}"
+    return None, ""
+
+
+def select(
+    accelerator: str | None = None,
+    backend: str | None = None,
+    *,
+    registry: Registry | None = None,
+) -> Selection:
+    """Choose the accelerator and backend, with a reason for the choice and every candidate.
+
+    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
+    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
+    :raises SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
+    """
+    registry = registry or default_registry()
+    candidates = registry.detect()
+    by_name = {c.name: c for c in candidates}
+    name, source = _requested(
+        accelerator,
+        "accelerator",
+        config.read_name(registry.env, config.ACCELERATOR),
+        config.ACCELERATOR,
+    )
+    if name is not None:
+        if name not in by_name:
+            blocked = registry.blocked_plugins()
+            hint = f" (blocked plugins: {', '.join(blocked)})" if blocked else ""
+            raise SelectionError(
+                f"{source} is not a known accelerator; known accelerators: "
+                f"{', '.join(sorted(by_name))}{hint}"
+            )
+        if not by_name[name].available:
+            raise SelectionError(
+                f"{source}: accelerator {name!r} is not available: {by_name[name].detection.reason}"
+            )
+        reason = f"requested by {source}"
+    else:
+        choice = registry.select_accelerator(candidates)
+        if choice is None:
+            raise SelectionError(
+                "no accelerator is available: "
+                + "; ".join(f"{c.name}: {c.detection.reason}" for c in candidates)
+            )
+        if choice.accelerator not in by_name or not by_name[choice.accelerator].available:
+            raise PluginError(
+                f"the selection hook chose {choice.accelerator!r}, which is not an available "
+                f"accelerator; available: {', '.join(c.name for c in candidates if c.available)}"
+            )
+        name, reason = choice.accelerator, choice.reason
+
+    spec = by_name[name].spec
+    chosen_backend, backend_source = _requested(
+        backend, "backend", config.read_name(registry.env, config.BACKEND), config.BACKEND
+    )
+    if chosen_backend is None:
+        chosen_backend, backend_reason = spec.default_backend, f"default backend of {name}"
+    else:
+        if chosen_backend not in spec.backends:
+            raise SelectionError(
+                f"{backend_source} is not supported by accelerator {name!r}; "
+                f"it supports: {', '.join(spec.backends)}"
+            )
+        backend_reason = f"requested by {backend_source}"
+    return Selection(name, chosen_backend, reason, backend_reason, candidates)

@@ -1,0 +1,272 @@
+"""``spawn(fn, nprocs)``: run ``fn(ctx, *args)`` in N local ranks, for single-node jobs, notebooks
+and tests.
+
+The parent hosts the rendezvous store on a loopback socket it bound itself (no port race, nothing
+listening on the network) and every rank connects to it as a client. Ranks are forked where that
+is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
+(``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
+others are stopped at once and the parent raises :class:`~accelbackends.errors.SpawnError` naming
+the rank; no child outlives the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from . import config
+from .errors import ConfigError, SpawnError
+from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, host_loopback_store
+from .spec import ClusterInfo
+
+__all__ = ["spawn"]
+
+#: After one rank fails, how long the others get to exit on SIGTERM before SIGKILL.
+TERMINATE_GRACE = 3.0
+_runs = itertools.count()
+
+
+def _device_runtime_initialised() -> str | None:
+    """The device runtime already initialised in this process, if any (fork would break it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for name in ("cuda", "xpu"):
+        module = getattr(torch, name, None)
+        is_initialized = getattr(module, "is_initialized", None)
+        if callable(is_initialized) and is_initialized():
+            return name
+    return None
+
+
+def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
+    methods = multiprocessing.get_all_start_methods()
+    if requested is not None:
+        if requested not in methods:
+            raise ConfigError(
+                f"start_method={requested!r} is not available here; use one of {', '.join(methods)}"
+            )
+        method = requested
+    else:
+        method = "fork" if "fork" in methods and not _device_runtime_initialised() else "spawn"
+    if method != "fork":
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:
+            raise ConfigError(
+                f"fn={getattr(fn, '__qualname__', fn)!r} cannot be pickled for "
+                f"start_method={method!r} ({exc}); functions defined in a notebook or in a "
+                "script read from stdin need start_method='fork', which is only safe before "
+                "a device runtime (CUDA, XPU) was initialised in this process"
+            ) from None
+    return method
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the parent dies, so no rank outlives a killed ``spawn`` call."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="accelbackends-parent-watch", daemon=True).start()
+
+
+def _child(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    cluster: ClusterInfo,
+    init_options: dict[str, Any],
+    conn: Connection,
+    parent: int,
+) -> None:
+    from .lifecycle import distributed
+
+    _watch_parent(parent)
+    # Libraries that read the env:// variables see the same job as accelbackends does.
+    os.environ.update(
+        RANK=str(cluster.rank),
+        WORLD_SIZE=str(cluster.world_size),
+        LOCAL_RANK=str(cluster.local_rank),
+        LOCAL_WORLD_SIZE=str(cluster.local_world_size),
+        MASTER_ADDR=str(cluster.master_addr),
+        MASTER_PORT=str(cluster.master_port),
+    )
+    try:
+        with distributed(cluster=cluster, **init_options) as ctx:
+            result = fn(ctx, *args)
+        try:
+            conn.send(("ok", cluster.rank, result))
+        except Exception as exc:  # an unpicklable result
+            raise SpawnError(
+                f"the result of rank {cluster.rank} cannot be sent back: {exc}", rank=cluster.rank
+            ) from exc
+    except BaseException as exc:
+        conn.send(("error", cluster.rank, type(exc).__name__, str(exc), traceback.format_exc()))
+        conn.close()
+        sys.exit(1)
+    conn.close()
+
+
+def _exit_description(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: Sequence[Any] = (),
+    *,
+    start_method: str | None = None,
+    **init_options: Any,
+) -> list[Any]:
+    """Run ``fn(ctx, *args)`` in ``nprocs`` local ranks, each after :func:`accelbackends.init`.
+
+    :param fn: Called on every rank with the :class:`~accelbackends.Context` and ``args``.
+    :param nprocs: How many ranks to start (>= 1).
+    :param args: Extra positional arguments for ``fn``.
+    :param start_method: ``fork`` (default where available and no device runtime was
+        initialised in this process), ``spawn`` or ``forkserver``.
+    :param init_options: Keyword arguments for :func:`accelbackends.init` (``accelerator=``,
+        ``backend=``, ``timeout=``, ``seed=`` ...).
+    :return: The return values of ``fn``, indexed by rank.
+    :raises SpawnError: A rank raised or died; names the rank and carries its message.
+    """
+    if not callable(fn):
+        raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
+        raise ConfigError(f"nprocs={nprocs!r} is not valid; use an integer >= 1")
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise ConfigError(f"args={args!r} is not valid; pass a tuple of arguments for fn")
+    if "cluster" in init_options or "registry" in init_options:
+        raise ConfigError("spawn() describes the cluster itself; do not pass cluster= or registry=")
+    method = _start_method(start_method, fn)
+    join_s = (
+        init_options.get("rendezvous_timeout")
+        or config.read_seconds(os.environ, config.RENDEZVOUS_TIMEOUT)
+        or DEFAULT_RENDEZVOUS_TIMEOUT
+    )
+    if hasattr(join_s, "total_seconds"):
+        join_s = join_s.total_seconds()
+    store, port = host_loopback_store(nprocs, float(join_s))
+    context: Any = multiprocessing.get_context(method)
+    run_id = f"spawn-{os.getpid()}-{next(_runs)}"
+    processes: dict[int, multiprocessing.process.BaseProcess] = {}
+    connections: dict[Connection, int] = {}
+    try:
+        for rank in range(nprocs):
+            cluster = ClusterInfo(
+                launcher="spawn",
+                rank=rank,
+                world_size=nprocs,
+                local_rank=rank,
+                local_world_size=nprocs,
+                node_rank=0,
+                master_addr="127.0.0.1",
+                master_port=port,
+                store_hosted=True,
+                run_id=run_id,
+                sources=dict.fromkeys(
+                    ("rank", "world_size", "local_rank", "local_world_size", "master_port"),
+                    "spawn()",
+                ),
+            )
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_child,
+                args=(fn, tuple(args), cluster, init_options, send, os.getpid()),
+                name=f"accelbackends-rank-{rank}",
+            )
+            process.start()
+            send.close()
+            processes[rank] = process
+            connections[receive] = rank
+        return _collect(processes, connections)
+    finally:
+        _stop(processes.values())
+        for conn in connections:
+            conn.close()
+        del store
+
+
+def _collect(
+    processes: dict[int, multiprocessing.process.BaseProcess],
+    connections: dict[Connection, int],
+) -> list[Any]:
+    results: dict[int, Any] = {}
+    reported: set[int] = set()
+    failure: SpawnError | None = None
+    pending_conns = dict(connections)
+    sentinels = {p.sentinel: rank for rank, p in processes.items()}
+    while (pending_conns or sentinels) and failure is None:
+        for ready in wait([*pending_conns, *sentinels]):
+            if isinstance(ready, Connection) and ready in pending_conns:
+                rank = pending_conns.pop(ready)
+                try:
+                    message = ready.recv()
+                except EOFError:
+                    continue
+                reported.add(rank)
+                if message[0] == "ok":
+                    results[rank] = message[2]
+                elif failure is None:
+                    _, rank, kind, text, trace = message
+                    failure = SpawnError(
+                        f"rank {rank} of {len(processes)} raised {kind}: {text}\n\n"
+                        f"Traceback of rank {rank}:\n{trace}",
+                        rank=rank,
+                        traceback=trace,
+                    )
+            elif isinstance(ready, int) and ready in sentinels:
+                rank = sentinels.pop(ready)
+                process = processes[rank]
+                process.join()
+                # A process may exit before its message is read; read it before judging.
+                conn = next((c for c, r in pending_conns.items() if r == rank), None)
+                if conn is not None and conn.poll():
+                    sentinels[ready] = rank
+                    continue
+                if conn is not None:
+                    pending_conns.pop(conn)
+                if rank not in reported and failure is None:
+                    failure = SpawnError(
+                        f"rank {rank} of {len(processes)} "
+                        f"{_exit_description(process.exitcode)} without reporting a result",
+                        rank=rank,
+                    )
+            if failure is not None:
+                break
+    if failure is not None:
+        raise failure
+    return [results[rank] for rank in sorted(results)]
+
+
+def _stop(processes: Any) -> None:
+    """Terminate every rank still running (SIGTERM, then SIGKILL) and reap them all."""
+    alive = [p for p in processes if p.is_alive()]
+    for process in alive:
+        process.terminate()
+    deadline = time.monotonic() + TERMINATE_GRACE
+    for process in alive:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+    for process in processes:
+        process.join()
