@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from . import config, hookspecs
+from . import accelerators, config, environments, hookspecs
 from .errors import ConfigError, PluginError, PluginWarning
 from .spec import (
     AcceleratorSpec,
@@ -49,15 +49,13 @@ __all__ = [
 ENTRY_POINT_GROUP = "accelbackends"
 BUILTIN_DISTRIBUTION = "accelbackends"
 
-#: Built-in plugins as (name, module). Cluster environments are listed from the last asked to the
-#: first asked: pluggy calls later registrations first, and third-party plugins, registered after
-#: these, are asked before all of them.
+#: Built-in plugins as (name, module), in registration order: the hook defaults, the accelerators,
+#: then the cluster environments from the last asked to the first asked (pluggy calls later
+#: registrations first).
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("defaults", "accelbackends.defaults"),
-    ("cpu", "accelbackends.accelerators.cpu"),
-    ("single", "accelbackends.environments.single"),
-    ("env", "accelbackends.environments.env"),
-    ("torchrun", "accelbackends.environments.torchrun"),
+    *accelerators.BUILTIN,
+    *reversed(environments.BUILTIN),
 )
 #: Built-ins that cannot be blocked: the always-available fallbacks and the hook defaults.
 UNBLOCKABLE = frozenset({"defaults", "cpu", "single"})
