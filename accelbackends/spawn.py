@@ -33,6 +33,8 @@ __all__ = ["spawn"]
 
 #: After one rank fails, how long the others get to exit on SIGTERM before SIGKILL.
 TERMINATE_GRACE = 3.0
+#: After the first failure, how long to wait for other ranks' reports to find the earliest one.
+SETTLE = 0.5
 _runs = itertools.count()
 
 
@@ -91,7 +93,7 @@ def _child(
     conn: Connection,
     parent: int,
 ) -> None:
-    from .lifecycle import distributed
+    from .lifecycle import destroy, init
 
     _watch_parent(parent)
     # Libraries that read the env:// variables see the same job as accelbackends does.
@@ -104,19 +106,25 @@ def _child(
         MASTER_PORT=str(cluster.master_port),
     )
     try:
-        with distributed(cluster=cluster, **init_options) as ctx:
-            result = fn(ctx, *args)
-        try:
-            conn.send(("ok", cluster.rank, result))
-        except Exception as exc:  # an unpicklable result
-            raise SpawnError(
-                f"the result of rank {cluster.rank} cannot be sent back: {exc}", rank=cluster.rank
-            ) from exc
+        ctx = init(cluster=cluster, **init_options)
+        result = fn(ctx, *args)
     except BaseException as exc:
-        conn.send(("error", cluster.rank, type(exc).__name__, str(exc), traceback.format_exc()))
+        # Report before tearing down: the teardown makes the other ranks fail too, and the
+        # parent names the rank whose failure came first.
+        conn.send(("error", cluster.rank, type(exc).__name__, str(exc), traceback.format_exc(),
+                   time.monotonic()))
         conn.close()
+        destroy()
         sys.exit(1)
-    conn.close()
+    destroy()
+    try:
+        conn.send(("ok", cluster.rank, result))
+    except Exception as exc:  # an unpicklable result
+        conn.send(("error", cluster.rank, type(exc).__name__,
+                   f"the return value of fn cannot be sent back: {exc}", "", time.monotonic()))
+        sys.exit(1)
+    finally:
+        conn.close()
 
 
 def _exit_description(code: int | None) -> str:
@@ -209,51 +217,63 @@ def _collect(
     processes: dict[int, multiprocessing.process.BaseProcess],
     connections: dict[Connection, int],
 ) -> list[Any]:
+    """Read every rank's report; on the first failure, stop waiting for the healthy ranks."""
     results: dict[int, Any] = {}
-    reported: set[int] = set()
-    failure: SpawnError | None = None
-    pending_conns = dict(connections)
+    failures: list[tuple[float, SpawnError]] = []
+    pending = dict(connections)
     sentinels = {p.sentinel: rank for rank, p in processes.items()}
-    while (pending_conns or sentinels) and failure is None:
-        for ready in wait([*pending_conns, *sentinels]):
-            if isinstance(ready, Connection) and ready in pending_conns:
-                rank = pending_conns.pop(ready)
+    settle_until: float | None = None
+    while pending or sentinels:
+        timeout = None if settle_until is None else max(0.0, settle_until - time.monotonic())
+        ready_list = wait([*pending, *sentinels], timeout)
+        if not ready_list:
+            break  # the settling window after the first failure is over
+        for ready in ready_list:
+            if isinstance(ready, Connection) and ready in pending:
+                rank = pending.pop(ready)
                 try:
                     message = ready.recv()
                 except EOFError:
                     continue
-                reported.add(rank)
                 if message[0] == "ok":
                     results[rank] = message[2]
-                elif failure is None:
-                    _, rank, kind, text, trace = message
-                    failure = SpawnError(
-                        f"rank {rank} of {len(processes)} raised {kind}: {text}\n\n"
-                        f"Traceback of rank {rank}:\n{trace}",
+                else:
+                    _, rank, kind, text, trace, stamp = message
+                    failures.append((stamp, SpawnError(
+                        f"rank {rank} of {len(processes)} raised {kind}: {text}"
+                        + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
                         rank=rank,
                         traceback=trace,
-                    )
+                    )))
             elif isinstance(ready, int) and ready in sentinels:
-                rank = sentinels.pop(ready)
+                rank = next(r for s_, r in sentinels.items() if s_ == ready)
+                conn = next((c for c, r in pending.items() if r == rank), None)
+                if conn is not None and conn.poll():
+                    continue  # its report is waiting: read it first
+                del sentinels[ready]
+                if conn is not None:
+                    del pending[conn]
                 process = processes[rank]
                 process.join()
-                # A process may exit before its message is read; read it before judging.
-                conn = next((c for c, r in pending_conns.items() if r == rank), None)
-                if conn is not None and conn.poll():
-                    sentinels[ready] = rank
-                    continue
-                if conn is not None:
-                    pending_conns.pop(conn)
-                if rank not in reported and failure is None:
-                    failure = SpawnError(
+                if rank not in results and not any(e.rank == rank for _, e in failures):
+                    failures.append((time.monotonic(), SpawnError(
                         f"rank {rank} of {len(processes)} "
                         f"{_exit_description(process.exitcode)} without reporting a result",
                         rank=rank,
-                    )
-            if failure is not None:
-                break
-    if failure is not None:
-        raise failure
+                    )))
+        if failures and settle_until is None:
+            # Other ranks fail in turn once the first one is gone; give their reports a moment
+            # to arrive so the earliest failure, the cause, is the one named.
+            settle_until = time.monotonic() + SETTLE
+    if failures:
+        failures.sort(key=lambda item: item[0])
+        first = failures[0][1]
+        others = sorted({e.rank for _, e in failures[1:]} - {first.rank})
+        if others:
+            first.args = (
+                f"{first.args[0]}\n\n(ranks {', '.join(map(str, others))} failed after it)",
+            )
+        raise first
     return [results[rank] for rank in sorted(results)]
 
 

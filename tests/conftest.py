@@ -1,0 +1,163 @@
+"""Shared fixtures: a clean environment per test, fake plugin distributions, CLI runs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import accelbackends
+
+#: Launcher variables that would make a test see the developer's shell instead of its own set-up.
+_LAUNCHER_PREFIXES = (
+    "ACCELBACKENDS_",
+    "TORCHELASTIC_",
+    "SLURM_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "PALS_",
+    "JSM_",
+    "LSB_",
+    "PET_",
+)
+_LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts without launcher or ACCELBACKENDS_* variables and a fresh registry."""
+    for key in list(os.environ):
+        if key.startswith(_LAUNCHER_PREFIXES) or key in _LAUNCHER_VARS:
+            monkeypatch.delenv(key)
+    accelbackends.destroy()
+    accelbackends.reset()
+    yield
+    accelbackends.destroy()
+    accelbackends.reset()
+
+
+@pytest.fixture
+def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Install a plugin distribution for real: a module and its ``*.dist-info`` with an
+    ``entry_points.txt`` in the ``accelbackends`` group, in a directory put on ``sys.path``.
+
+    ``plugin_dist("ascend", source)`` writes ``source`` as the plugin module and returns the
+    directory (to put on PYTHONPATH for subprocesses too).
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+
+    def make(
+        entry_name: str, source: str, *, distribution: str | None = None, version: str = "1.0"
+    ) -> Path:
+        module = f"abplugin_{entry_name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        dist = distribution or f"accelbackends-{entry_name}"
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[accelbackends]\n{entry_name} = {module}\n")
+        importlib.invalidate_caches()
+        return site
+
+    return make
+
+
+@pytest.fixture
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m accelbackends ARGS`` in a child process; see :func:`run_cli`."""
+    return run_cli
+
+
+def fake_accelerator(
+    name: str,
+    priority: int = 10,
+    available: bool = True,
+    *,
+    backends: tuple[str, ...] = ("gloo",),
+    reason: str = "",
+    devices: int = 1,
+    **fields: object,
+) -> accelbackends.AcceleratorSpec:
+    """A spec whose probe answers as told and whose device is the CPU (its backend runs on Gloo)."""
+
+    def detect(probe: accelbackends.Probe) -> accelbackends.Detection:
+        return accelbackends.Detection(
+            available,
+            devices if available else 0,
+            reason or ("fake device" if available else "no fake device"),
+        )
+
+    def bind(request: accelbackends.BindRequest) -> object:
+        import torch
+
+        return torch.device("cpu")
+
+    return accelbackends.AcceleratorSpec(
+        name=name,
+        device_type="cpu",
+        priority=priority,
+        backends=backends,
+        default_backend=backends[0],
+        detect=detect,
+        bind=bind,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+class AcceleratorPlugin:
+    """An inline plugin declaring the given specs."""
+
+    def __init__(self, *specs: accelbackends.AcceleratorSpec) -> None:
+        self.specs = list(specs)
+
+    @accelbackends.hookimpl
+    def accelbackends_declare_accelerators(self) -> list[accelbackends.AcceleratorSpec]:
+        return self.specs
+
+
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    pythonpath: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m accelbackends ARGS`` in a child with a clean environment plus ``env``."""
+    child_env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_LAUNCHER_PREFIXES) and key not in _LAUNCHER_VARS
+    }
+    child_env.update(env or {})
+    if pythonpath is not None:
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(pythonpath), child_env.get("PYTHONPATH", "")])
+        )
+    return subprocess.run(
+        [sys.executable, "-m", "accelbackends", *args],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,143 @@
+"""spawn(): real ranks on Gloo, failures named, nothing left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import accelbackends
+from accelbackends import ConfigError, SpawnError
+
+
+def _all_reduce(ctx: accelbackends.Context, scale: float) -> tuple[int, int, float, str]:
+    tensor = torch.full((5,), float(ctx.rank + 1) * scale)
+    dist.all_reduce(tensor)
+    return ctx.rank, ctx.world_size, tensor[0].item(), os.environ["LOCAL_RANK"]
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_spawned_ranks_all_reduce_and_return_results_by_rank(nprocs: int) -> None:
+    results = accelbackends.spawn(_all_reduce, nprocs, args=(2.0,))
+    expected_sum = 2.0 * nprocs * (nprocs + 1) / 2
+    assert results == [(rank, nprocs, expected_sum, str(rank)) for rank in range(nprocs)]
+    assert multiprocessing.active_children() == []
+
+
+def _context_fields(ctx: accelbackends.Context) -> tuple[object, ...]:
+    return (
+        ctx.launcher,
+        ctx.local_world_size,
+        ctx.master_addr,
+        ctx.accelerator,
+        ctx.backend,
+        dist.get_world_size(),
+    )
+
+
+def test_spawned_context_describes_a_loopback_single_node_job() -> None:
+    assert accelbackends.spawn(_context_fields, 2)[1] == ("spawn", 2, "127.0.0.1", "cpu", "gloo", 2)
+
+
+def _raise_on_rank_one(ctx: accelbackends.Context) -> None:
+    if ctx.rank == 1:
+        raise ValueError("bad batch on rank one")
+    dist.barrier()  # rank 0 would wait for rank 1 forever: spawn must stop it
+
+
+def test_rank_that_raises_is_named_and_the_others_are_stopped() -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        SpawnError, match=r"rank 1 of 2 raised ValueError: bad batch on rank one"
+    ) as caught:
+        accelbackends.spawn(_raise_on_rank_one, 2)
+    assert caught.value.rank == 1
+    assert "Traceback" in caught.value.traceback and "_raise_on_rank_one" in caught.value.traceback
+    assert time.monotonic() - started < 20
+    assert multiprocessing.active_children() == []
+
+
+def _killed(ctx: accelbackends.Context) -> None:
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_rank_killed_by_a_signal_is_reported_with_the_signal() -> None:
+    with pytest.raises(SpawnError, match=r"rank 0 of 2 was killed by SIGKILL without reporting"):
+        accelbackends.spawn(_killed, 2)
+    assert multiprocessing.active_children() == []
+
+
+def test_init_options_are_forwarded_to_every_rank() -> None:
+    def timeouts(ctx: accelbackends.Context) -> float:
+        return ctx.timeout
+
+    assert accelbackends.spawn(timeouts, 2, timeout=77) == [77.0, 77.0]
+
+
+def test_bad_init_option_fails_every_rank_with_the_message() -> None:
+    with pytest.raises(SpawnError, match=r"raised SelectionError: backend='nccl' is not supported"):
+        accelbackends.spawn(_all_reduce, 2, args=(1.0,), backend="nccl")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((_all_reduce, 0), {}, r"nprocs=0 is not valid; use an integer >= 1"),
+        ((_all_reduce, "2"), {}, r"nprocs='2' is not valid"),
+        (("not callable", 2), {}, r"fn='not callable' is not callable"),
+        ((_all_reduce, 2), {"args": 5}, r"args=5 is not valid; pass a tuple"),
+        (
+            (_all_reduce, 2),
+            {"start_method": "teleport"},
+            r"start_method='teleport' is not "
+            r"available here; use one of",
+        ),
+        (
+            (lambda ctx: None, 2),
+            {"start_method": "spawn"},
+            r"cannot be pickled for "
+            r"start_method='spawn'.*need start_method='fork'",
+        ),
+    ],
+)
+def test_bad_spawn_arguments_are_config_errors(
+    args: tuple[object, ...], kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        accelbackends.spawn(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_spawn_start_method_runs_importable_functions() -> None:
+    results = accelbackends.spawn(_all_reduce, 2, args=(1.0,), start_method="spawn")
+    assert [r[2] for r in results] == [3.0, 3.0]
+
+
+def test_function_from_a_script_read_from_stdin_runs() -> None:
+    script = textwrap.dedent("""
+        import torch, torch.distributed as dist, accelbackends
+        def total(ctx):
+            t = torch.tensor([ctx.rank + 1])
+            dist.all_reduce(t)
+            return t.item()
+        print("RESULT", accelbackends.spawn(total, 3))
+    """)
+    result = subprocess.run(
+        [sys.executable, "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULT [6, 6, 6]" in result.stdout
