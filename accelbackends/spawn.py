@@ -111,8 +111,16 @@ def _child(
     except BaseException as exc:
         # Report before tearing down: the teardown makes the other ranks fail too, and the
         # parent names the rank whose failure came first.
-        conn.send(("error", cluster.rank, type(exc).__name__, str(exc), traceback.format_exc(),
-                   time.monotonic()))
+        conn.send(
+            (
+                "error",
+                cluster.rank,
+                type(exc).__name__,
+                str(exc),
+                traceback.format_exc(),
+                time.monotonic(),
+            )
+        )
         conn.close()
         destroy()
         sys.exit(1)
@@ -120,8 +128,16 @@ def _child(
     try:
         conn.send(("ok", cluster.rank, result))
     except Exception as exc:  # an unpicklable result
-        conn.send(("error", cluster.rank, type(exc).__name__,
-                   f"the return value of fn cannot be sent back: {exc}", "", time.monotonic()))
+        conn.send(
+            (
+                "error",
+                cluster.rank,
+                type(exc).__name__,
+                f"the return value of fn cannot be sent back: {exc}",
+                "",
+                time.monotonic(),
+            )
+        )
         sys.exit(1)
     finally:
         conn.close()
@@ -239,12 +255,17 @@ def _collect(
                     results[rank] = message[2]
                 else:
                     _, rank, kind, text, trace, stamp = message
-                    failures.append((stamp, SpawnError(
-                        f"rank {rank} of {len(processes)} raised {kind}: {text}"
-                        + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
-                        rank=rank,
-                        traceback=trace,
-                    )))
+                    failures.append(
+                        (
+                            stamp,
+                            SpawnError(
+                                f"rank {rank} of {len(processes)} raised {kind}: {text}"
+                                + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
+                                rank=rank,
+                                traceback=trace,
+                            ),
+                        )
+                    )
             elif isinstance(ready, int) and ready in sentinels:
                 rank = next(r for s_, r in sentinels.items() if s_ == ready)
                 conn = next((c for c, r in pending.items() if r == rank), None)
@@ -256,11 +277,16 @@ def _collect(
                 process = processes[rank]
                 process.join()
                 if rank not in results and not any(e.rank == rank for _, e in failures):
-                    failures.append((time.monotonic(), SpawnError(
-                        f"rank {rank} of {len(processes)} "
-                        f"{_exit_description(process.exitcode)} without reporting a result",
-                        rank=rank,
-                    )))
+                    failures.append(
+                        (
+                            time.monotonic(),
+                            SpawnError(
+                                f"rank {rank} of {len(processes)} "
+                                f"{_exit_description(process.exitcode)} without reporting a result",
+                                rank=rank,
+                            ),
+                        )
+                    )
         if failures and settle_until is None:
             # Other ranks fail in turn once the first one is gone; give their reports a moment
             # to arrive so the earliest failure, the cause, is the one named.
