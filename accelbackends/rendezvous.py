@@ -9,6 +9,7 @@ never come, fails with "k/N ranks joined"; only then is the collective timeout s
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,9 @@ __all__ = ["DEFAULT_RENDEZVOUS_TIMEOUT", "Rendezvous", "host_loopback_store", "m
 
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
 _KEY = "accelbackends"
+#: How much longer than its own timeout a store connection may take before it counts as hung
+#: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
+_CONNECT_GRACE = 5.0
 
 
 @dataclass
@@ -65,18 +69,41 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
 def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
     import torch.distributed as dist
 
-    try:
-        return dist.TCPStore(
-            cluster.master_addr, cluster.master_port, cluster.world_size, False, timeout
-        )
-    except dist.DistError as exc:
+    where = (
+        f"{cluster.master_addr}:{cluster.master_port} "
+        f"({cluster.source('master_addr')}/{cluster.source('master_port')})"
+    )
+    seconds = timeout.total_seconds()
+    outcome: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            outcome["store"] = dist.TCPStore(
+                cluster.master_addr, cluster.master_port, cluster.world_size, False, timeout
+            )
+        except Exception as exc:
+            outcome["error"] = exc
+
+    # A TCPStore client whose peer accepts the connection but never answers (another program on
+    # MASTER_PORT) blocks for minutes in torch 2.13, whatever its timeout; the constructor
+    # releases the GIL, so wait for it from here and give up on time. The stuck thread is a
+    # daemon and dies with the process.
+    worker = threading.Thread(target=connect, name="accelbackends-store-connect", daemon=True)
+    worker.start()
+    worker.join(seconds + _CONNECT_GRACE)
+    if worker.is_alive():
         raise RendezvousError(
-            f"rank {cluster.rank} could not reach the rendezvous store at "
-            f"{cluster.master_addr}:{cluster.master_port} "
-            f"({cluster.source('master_addr')}/{cluster.source('master_port')}) within "
-            f"{timeout.total_seconds():g} s: {_first_line(exc)}; is rank 0 running, and is the "
+            f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
+            f"answer as a rendezvous store within {seconds:g} s; is another program using that "
+            "port?"
+        )
+    if "error" in outcome:
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"{seconds:g} s: {_first_line(outcome['error'])}; is rank 0 running, and is the "
             "address reachable from this node?"
         ) from None
+    return outcome["store"]
 
 
 def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rendezvous:

@@ -351,3 +351,37 @@ def test_backend_torch_lacks_is_an_init_error_and_nothing_is_initialised() -> No
     with pytest.raises(InitError, match=r"init_process_group\(backend='nccl'\) failed on rank 0"):
         accelbackends.init(registry=registry)
     assert not dist.is_initialized() and not accelbackends.is_initialized()
+
+
+def test_port_held_by_a_program_that_never_answers_fails_within_the_timeout() -> None:
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    accepted: list[socket.socket] = []
+
+    def accept_forever() -> None:
+        while True:
+            try:
+                accepted.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept_forever, daemon=True).start()
+    port = silent.getsockname()[1]
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    started = time.monotonic()
+    try:
+        with pytest.raises(
+            RendezvousError,
+            match=r"accepted the connection but did not answer "
+            r"as a rendezvous store within 2 s",
+        ):
+            accelbackends.init(registry=Registry(env=env), rendezvous_timeout=2)
+        assert time.monotonic() - started < 15
+    finally:
+        silent.close()
+        for conn in accepted:
+            conn.close()
+    assert not dist.is_initialized()
