@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
+import time
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +62,9 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
 #: Built-ins that cannot be blocked: the always-available fallbacks and the hook defaults.
 UNBLOCKABLE = frozenset({"defaults", "cpu", "single"})
 
+#: A probe that has not answered after this many seconds counts as unavailable.
+DETECT_TIMEOUT = 10.0
+
 Status = Literal["active", "blocked", "failed"]
 
 
@@ -97,6 +102,7 @@ class Registry:
     :param env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
         (``os.environ`` itself by default, read live).
     :param root: The filesystem root that detection probes look under (``/`` by default).
+    :param detect_timeout: Seconds a probe may take before it counts as unavailable.
     :param plugins: Extra plugin objects to register after the built-ins, as (name, object); the
         testing kit uses this to register a plugin inline.
     """
@@ -107,9 +113,11 @@ class Registry:
         *,
         root: str | os.PathLike[str] = "/",
         plugins: Iterable[tuple[str, object]] = (),
+        detect_timeout: float = DETECT_TIMEOUT,
     ) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.root = Path(root)
+        self.detect_timeout = detect_timeout
         self._inline = list(plugins)
         self._pm: pluggy.PluginManager | None = None
         self._plugins: dict[str, PluginInfo] = {}
@@ -278,16 +286,11 @@ class Registry:
         """Every declared accelerator with its verdict, sorted by name; cached until reset()."""
         self.pm  # noqa: B018
         if self._detections is None:
-            probe = Probe(env=self.env, root=self.root)
+            pairs = [pair for _, pair in sorted(self._accelerators.items())]
+            verdicts = _detect_all(pairs, Probe(env=self.env, root=self.root), self.detect_timeout)
             self._detections = tuple(
-                AcceleratorStatus(
-                    spec,
-                    info.name,
-                    info.distribution,
-                    info.version,
-                    _guarded_detect(spec, info, probe),
-                )
-                for _, (spec, info) in sorted(self._accelerators.items())
+                AcceleratorStatus(spec, info.name, info.distribution, info.version, verdict)
+                for (spec, info), verdict in zip(pairs, verdicts, strict=True)
             )
         return self._detections
 
@@ -354,6 +357,34 @@ class Registry:
         culprit = _culprit(hook, exc)
         who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
         return PluginError(f"{who} failed while {doing}: {_describe(exc)}")
+
+
+def _detect_all(
+    pairs: Sequence[tuple[AcceleratorSpec, PluginInfo]], probe: Probe, limit: float
+) -> list[Detection]:
+    """Every probe at once, each in its own thread; one that has not answered by ``limit``
+    seconds counts as unavailable (a hung driver query must not hang ``info``)."""
+    verdicts: list[Detection | None] = [None] * len(pairs)
+
+    def run(index: int, spec: AcceleratorSpec, info: PluginInfo) -> None:
+        verdicts[index] = _guarded_detect(spec, info, probe)
+
+    threads = [
+        threading.Thread(
+            target=run, args=(i, spec, info), daemon=True, name=f"accelbackends-detect-{spec.name}"
+        )
+        for i, (spec, info) in enumerate(pairs)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + limit
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [
+        verdict
+        or Detection(False, 0, f"plugin error in {info.name!r}: detect timed out after {limit:g} s")
+        for verdict, (_, info) in zip(verdicts, pairs, strict=True)
+    ]
 
 
 def _guarded_detect(spec: AcceleratorSpec, info: PluginInfo, probe: Probe) -> Detection:

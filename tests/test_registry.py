@@ -279,3 +279,25 @@ def test_accelerator_spec_rejects_nonsense_at_declaration(
     base = fake_accelerator("ok").__dict__
     with pytest.raises(TypeError, match=message):
         accelbackends.AcceleratorSpec(**{**base, **fields})
+
+
+def test_detect_that_hangs_is_unavailable_after_the_time_limit_and_others_still_answer() -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hang(probe: accelbackends.Probe) -> accelbackends.Detection:
+        release.wait(30)
+        return accelbackends.Detection(True, 1, "too late")
+
+    spec = accelbackends.AcceleratorSpec(
+        **{**fake_accelerator("slowpoke").__dict__, "detect": hang}
+    )
+    registry = Registry(env={}, plugins=[("slowplug", AcceleratorPlugin(spec))], detect_timeout=0.5)
+    started = time.monotonic()
+    verdicts = {s.name: s.detection for s in registry.detect()}
+    release.set()
+    assert time.monotonic() - started < 5
+    assert verdicts["slowpoke"].reason == "plugin error in 'slowplug': detect timed out after 0.5 s"
+    assert verdicts["cpu"].available
