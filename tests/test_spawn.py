@@ -141,3 +141,19 @@ def test_function_from_a_script_read_from_stdin_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "RESULT [6, 6, 6]" in result.stdout
+
+
+def _draw(ctx: accelbackends.Context) -> list[float]:
+    import random
+
+    import numpy
+
+    return [torch.rand(1).item(), random.random(), float(numpy.random.rand())]
+
+
+def test_seed_is_identical_on_every_rank_unless_offset_per_rank() -> None:
+    same = accelbackends.spawn(_draw, 2, seed=7)
+    assert same[0] == same[1]
+    offset = accelbackends.spawn(_draw, 2, seed=7, seed_per_rank=True)
+    assert offset[0] == same[0]  # rank 0's offset is 0
+    assert all(a != b for a, b in zip(offset[0], offset[1], strict=True))
