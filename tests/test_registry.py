@@ -301,3 +301,47 @@ def test_detect_that_hangs_is_unavailable_after_the_time_limit_and_others_still_
     assert time.monotonic() - started < 5
     assert verdicts["slowpoke"].reason == "plugin error in 'slowplug': detect timed out after 0.5 s"
     assert verdicts["cpu"].available
+
+
+class _CustomLauncher:
+    @accelbackends.hookimpl
+    def accelbackends_cluster_environment(
+        self, env: dict[str, str]
+    ) -> accelbackends.ClusterInfo | None:
+        if "MYSCHED_RANK" not in env:
+            return None
+        return accelbackends.ClusterInfo(
+            "mysched",
+            rank=int(env["MYSCHED_RANK"]),
+            world_size=4,
+            local_world_size=4,
+            master_addr="head",
+            master_port=29400,
+            sources={"rank": "MYSCHED_RANK"},
+        )
+
+
+def test_third_party_cluster_environment_is_asked_before_the_builtins() -> None:
+    # torchrun's variables are present too; the third-party plugin still answers first.
+    env = {"MYSCHED_RANK": "2", "TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1"}
+    cluster = Registry(env=env, plugins=[("mysched", _CustomLauncher())]).cluster_environment()
+    assert (cluster.launcher, cluster.rank, cluster.sources["rank"]) == (
+        "mysched",
+        2,
+        "MYSCHED_RANK",
+    )
+
+
+def test_third_party_cluster_environment_answering_none_falls_through_to_builtins() -> None:
+    registry = Registry(env={}, plugins=[("mysched", _CustomLauncher())])
+    assert registry.cluster_environment().launcher == "single"
+
+
+def test_cluster_environment_returning_nonsense_is_a_plugin_error() -> None:
+    class Nonsense:
+        @accelbackends.hookimpl
+        def accelbackends_cluster_environment(self, env: dict[str, str]) -> object:
+            return {"rank": 0}
+
+    with pytest.raises(accelbackends.PluginError, match="instead of a ClusterInfo"):
+        Registry(env={}, plugins=[("nonsense", Nonsense())]).cluster_environment()
