@@ -16,11 +16,13 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .errors import (
         AccelBackendsError,
+        AccelBackendsWarning,
         ConfigError,
         InitError,
         PluginError,
         PluginWarning,
         RendezvousError,
+        RendezvousWarning,
         SelectionError,
         SpawnError,
     )
@@ -73,11 +75,13 @@ _EXPORTS = {
     **dict.fromkeys(
         (
             "AccelBackendsError",
+            "AccelBackendsWarning",
             "ConfigError",
             "InitError",
             "PluginError",
             "PluginWarning",
             "RendezvousError",
+            "RendezvousWarning",
             "SelectionError",
             "SpawnError",
         ),
@@ -87,6 +91,7 @@ _EXPORTS = {
 
 __all__ = [
     "AccelBackendsError",
+    "AccelBackendsWarning",
     "AcceleratorSpec",
     "AcceleratorStatus",
     "BackendOptions",
@@ -104,6 +109,7 @@ __all__ = [
     "Probe",
     "Registry",
     "RendezvousError",
+    "RendezvousWarning",
     "Selection",
     "SelectionError",
     "SpawnError",

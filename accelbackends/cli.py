@@ -1,7 +1,8 @@
 """The ``accelbackends`` command line: ``info`` and ``check``.
 
 Errors are one line on stderr, never a traceback: exit 2 for bad input (a wrong variable, flag or
-override), 1 for a failure (a check that failed, a rank that died), 130 on Ctrl-C.
+override), 1 for a failure (a check that failed, a rank that died), 130 on Ctrl-C, 143 on
+SIGTERM; in both, the ranks started by ``check`` are stopped first.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -16,7 +18,15 @@ from .errors import AccelBackendsError, ConfigError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class _Terminated(BaseException):
+    """SIGTERM, turned into an exception so that cleanup (stopping ranks) runs on the way out."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "info":
             return _info(args)
@@ -92,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("accelbackends: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except _Terminated:
+        print("accelbackends: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line(exc: BaseException) -> str:

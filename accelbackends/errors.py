@@ -9,11 +9,13 @@ from __future__ import annotations
 
 __all__ = [
     "AccelBackendsError",
+    "AccelBackendsWarning",
     "ConfigError",
     "InitError",
     "PluginError",
     "PluginWarning",
     "RendezvousError",
+    "RendezvousWarning",
     "SelectionError",
     "SpawnError",
 ]
@@ -56,5 +58,13 @@ class SpawnError(AccelBackendsError):
         self.traceback = traceback
 
 
-class PluginWarning(UserWarning):
+class AccelBackendsWarning(UserWarning):
+    """Base class of the package's warnings."""
+
+
+class RendezvousWarning(AccelBackendsWarning):
+    """The rendezvous works but is set up in a way that is risky (e.g. a wildcard address)."""
+
+
+class PluginWarning(AccelBackendsWarning):
     """A plugin failed to load or misbehaved; the rest of the system keeps working."""

@@ -11,18 +11,20 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from . import config
-from .errors import RendezvousError
+from .errors import RendezvousError, RendezvousWarning
 from .spec import ClusterInfo
 
 __all__ = ["DEFAULT_RENDEZVOUS_TIMEOUT", "Rendezvous", "host_loopback_store", "meet"]
 
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
 _KEY = "accelbackends"
+_WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 #: How much longer than its own timeout a store connection may take before it counts as hung
 #: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
 _CONNECT_GRACE = 5.0
@@ -118,6 +120,15 @@ def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rende
             f"{cluster.world_size} ranks need a rendezvous address, but the {cluster.launcher} "
             "environment gives none; set MASTER_ADDR and MASTER_PORT to rank 0's host and a "
             "free port"
+        )
+    if cluster.master_addr in _WILDCARDS:
+        warnings.warn(
+            f"{cluster.source('master_addr')}={cluster.master_addr} is a wildcard address: "
+            "ranks on other hosts cannot reach it, and the rendezvous store and Gloo are "
+            "unauthenticated, so keep them on a private network; set it to rank 0's address "
+            "on that network",
+            RendezvousWarning,
+            stacklevel=3,
         )
     timeout = timedelta(seconds=join_timeout)
     deadline = time.monotonic() + join_timeout

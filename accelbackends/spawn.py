@@ -95,6 +95,9 @@ def _child(
 ) -> None:
     from .lifecycle import destroy, init
 
+    # The parent stops ranks with SIGTERM: die by it, whatever handler the parent installed.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     _watch_parent(parent)
     # Libraries that read the env:// variables see the same job as accelbackends does.
     os.environ.update(
