@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .errors import AccelBackendsError, ConfigError
+from .errors import AccelBackendsError, ConfigError, first_line
 
 __all__ = ["main"]
 
@@ -93,12 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         if args.verbose:
             raise
-        print(f"accelbackends: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except AccelBackendsError as exc:
         if args.verbose:
             raise
-        print(f"accelbackends: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("accelbackends: interrupted", file=sys.stderr)
@@ -108,8 +108,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

@@ -21,6 +21,18 @@ __all__ = [
 ]
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type's name."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: first line`` for messages that attribute a failure to someone else's code."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 class AccelBackendsError(Exception):
     """Base class of every error raised by accelbackends."""
 

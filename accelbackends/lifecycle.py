@@ -17,7 +17,14 @@ from datetime import timedelta
 from typing import Any
 
 from . import config
-from .errors import AccelBackendsError, ConfigError, InitError
+from .errors import (
+    AccelBackendsError,
+    ConfigError,
+    InitError,
+    RendezvousError,
+    describe,
+    first_line,
+)
 from .registry import Registry, default_registry
 from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, meet
 from .selection import Selection, select
@@ -197,9 +204,7 @@ def _plugin_call(what: str, plugin: str, call: Any, *args: Any) -> Any:
     except AccelBackendsError:
         raise
     except Exception as exc:
-        lines = str(exc).strip().splitlines()
-        detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-        raise InitError(f"{what} failed in plugin {plugin!r}: {detail}") from exc
+        raise InitError(f"{what} failed in plugin {plugin!r}: {describe(exc)}") from exc
 
 
 def _initialise(
@@ -269,12 +274,11 @@ def _initialise(
                 **extra,
             )
         except Exception as exc:
-            lines = str(exc).strip().splitlines()
             raise InitError(
                 f"init_process_group(backend={options.backend!r}) failed on rank "
-                f"{cluster.rank}: {lines[0] if lines else type(exc).__name__}"
+                f"{cluster.rank}: {first_line(exc)}"
             ) from exc
-        _hold_store_until_all_ready(cluster, rendezvous, join_s)
+        _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
         if seed is not None:
             _seed(seed + (cluster.rank if seed_per_rank else 0))
         context = Context(
@@ -308,18 +312,27 @@ def _initialise(
     return context
 
 
-def _hold_store_until_all_ready(
+def _wait_until_every_rank_is_connected(
     cluster: ClusterInfo, rendezvous: Rendezvous, join_s: float
 ) -> None:
-    """Rank 0 hosts the store: it must not go away while another rank still reads its peers'
-    addresses from it (Gloo connects pairs through the store after rank 0 may have finished)."""
-    if cluster.world_size == 1 or cluster.store_hosted:
+    """A store barrier after ``init_process_group``: no rank returns (and may then tear down)
+    before every rank has finished connecting. Without it, a rank whose own connections are up
+    can exit while a peer's Gloo handshake with it is still in flight, and that peer fails with
+    "Connection closed by peer" (seen at 16 ranks with torch 2.13). It also keeps the store's
+    host, when that is rank 0, alive until everybody has read what they need from it."""
+    if cluster.world_size == 1:
         return
     store = rendezvous.store  # prefixed per attempt
-    if store.add("accelbackends/ready", 1) >= cluster.world_size:
-        store.set("accelbackends/all-ready", "1")
-    if cluster.rank == 0:
-        store.wait(["accelbackends/all-ready"], timedelta(seconds=join_s))
+    if store.add("accelbackends/connected", 1) >= cluster.world_size:
+        store.set("accelbackends/all-connected", "1")
+    try:
+        store.wait(["accelbackends/all-connected"], timedelta(seconds=join_s))
+    except Exception as exc:
+        raise RendezvousError(
+            f"rank {cluster.rank}: not every rank finished connecting within {join_s:g} s "
+            f"after the rendezvous ({first_line(exc)}); another rank probably failed in "
+            "init_process_group"
+        ) from None
 
 
 def _seed(value: int) -> None:

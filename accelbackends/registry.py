@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from . import accelerators, config, environments, hookspecs
-from .errors import ConfigError, PluginError, PluginWarning
+from .errors import ConfigError, PluginError, PluginWarning, describe
 from .spec import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -89,11 +89,6 @@ def _version() -> str:
     from ._version import __version__
 
     return __version__
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class Registry:
@@ -223,7 +218,7 @@ class Registry:
         try:
             plugin = load()
         except Exception as exc:
-            self._fail(name, dist, version, f"import failed: {_describe(exc)}", builtin)
+            self._fail(name, dist, version, f"import failed: {describe(exc)}", builtin)
             return
         try:
             pm.register(plugin, name)
@@ -234,7 +229,7 @@ class Registry:
         except Exception as exc:
             if pm.is_registered(plugin):
                 pm.unregister(plugin)
-            self._fail(name, dist, version, _describe(exc), builtin)
+            self._fail(name, dist, version, describe(exc), builtin)
             return
         for spec in specs:
             self._accelerators[spec.name] = (spec, info)
@@ -356,7 +351,7 @@ class Registry:
     def _hook_error(self, hook: Any, exc: Exception, doing: str) -> PluginError:
         culprit = _culprit(hook, exc)
         who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
-        return PluginError(f"{who} failed while {doing}: {_describe(exc)}")
+        return PluginError(f"{who} failed while {doing}: {describe(exc)}")
 
 
 def _detect_all(
@@ -392,7 +387,7 @@ def _guarded_detect(spec: AcceleratorSpec, info: PluginInfo, probe: Probe) -> De
     try:
         result: object = spec.detect(probe)
     except Exception as exc:
-        return Detection(False, 0, f"plugin error in {info.name!r}: {_describe(exc)}")
+        return Detection(False, 0, f"plugin error in {info.name!r}: {describe(exc)}")
     if not isinstance(result, Detection):
         return Detection(
             False, 0, f"plugin error in {info.name!r}: detect returned {result!r}, not Detection"

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import config
-from .errors import RendezvousError, RendezvousWarning
+from .errors import RendezvousError, RendezvousWarning, first_line
 from .spec import ClusterInfo
 
 __all__ = ["DEFAULT_RENDEZVOUS_TIMEOUT", "Rendezvous", "host_loopback_store", "meet"]
@@ -36,11 +36,6 @@ class Rendezvous:
 
     store: Any
     raw: Any
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
@@ -64,7 +59,7 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
             ) from None
         raise RendezvousError(
             f"rank 0 could not host the rendezvous store on port {cluster.master_port}: "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         ) from None
 
 
@@ -102,7 +97,7 @@ def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
     if "error" in outcome:
         raise RendezvousError(
             f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
-            f"{seconds:g} s: {_first_line(outcome['error'])}; is rank 0 running, and is the "
+            f"{seconds:g} s: {first_line(outcome['error'])}; is rank 0 running, and is the "
             "address reachable from this node?"
         ) from None
     return outcome["store"]
