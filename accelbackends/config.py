@@ -17,10 +17,13 @@ __all__ = [
     "BACKEND",
     "DISABLE",
     "DISABLE_PLUGIN_AUTOLOAD",
+    "EAGER_INIT",
     "KNOWN_VARIABLES",
+    "NVML",
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
+    "SHARE_DEVICES",
     "TIMEOUT",
     "overrides",
     "parse_bool",
@@ -40,8 +43,12 @@ PLUGINS = PREFIX + "PLUGINS"
 DISABLE_PLUGIN_AUTOLOAD = PREFIX + "DISABLE_PLUGIN_AUTOLOAD"
 TIMEOUT = PREFIX + "TIMEOUT"
 RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
+SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
+EAGER_INIT = PREFIX + "EAGER_INIT"
+NVML = PREFIX + "NVML"
 
-#: Every variable the package reads, with a one-line meaning (the docs and ``info`` use it).
+#: Every variable the package reads, with a one-line meaning. Modules take the names from here,
+#: and a test checks this table against the reference docs.
 KNOWN_VARIABLES: dict[str, str] = {
     ACCELERATOR: "use this accelerator instead of the automatic choice",
     BACKEND: "use this communication backend instead of the accelerator's default",
@@ -50,6 +57,9 @@ KNOWN_VARIABLES: dict[str, str] = {
     DISABLE_PLUGIN_AUTOLOAD: "1: load only the built-in plugins",
     TIMEOUT: "collective timeout in seconds",
     RENDEZVOUS_TIMEOUT: "how long to wait for all ranks to join, in seconds",
+    SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
+    EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
+    NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

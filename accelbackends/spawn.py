@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
@@ -35,6 +36,8 @@ __all__ = ["spawn"]
 TERMINATE_GRACE = 3.0
 #: After the first failure, how long to wait for other ranks' reports to find the earliest one.
 SETTLE = 0.5
+#: How far back a rank that died without reporting is dated when failures are ordered.
+DEATH_LEAD = 0.5
 _runs = itertools.count()
 
 
@@ -108,6 +111,11 @@ def _child(
         MASTER_ADDR=str(cluster.master_addr),
         MASTER_PORT=str(cluster.master_port),
     )
+    # All ranks are on this host: keep Gloo's connections on the loopback interface, off the
+    # network, and independent of whether this host's name resolves.
+    loopback = _loopback_interface()
+    if loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback
     try:
         ctx = init(cluster=cluster, **init_options)
         result = fn(ctx, *args)
@@ -144,6 +152,15 @@ def _child(
         sys.exit(1)
     finally:
         conn.close()
+
+
+def _loopback_interface() -> str | None:
+    """The name of the loopback network interface (``lo`` on Linux), if there is one."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return "lo" if "lo" in names else None
 
 
 def _exit_description(code: int | None) -> str:
@@ -282,7 +299,10 @@ def _collect(
                 if rank not in results and not any(e.rank == rank for _, e in failures):
                     failures.append(
                         (
-                            time.monotonic(),
+                            # A death is noticed a moment after it happened, and its peers'
+                            # errors ("connection reset") follow it within that moment: date
+                            # it back so that the death, the cause, is the one named.
+                            time.monotonic() - DEATH_LEAD,
                             SpawnError(
                                 f"rank {rank} of {len(processes)} "
                                 f"{_exit_description(process.exitcode)} without reporting a result",

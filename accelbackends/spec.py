@@ -36,10 +36,13 @@ class Probe:
     """What a fast probe may look at: a filesystem root and an environment.
 
     Probes read files through :meth:`path` so that tests can point them at a fake tree.
+    ``packages`` are the directories where installed-package metadata is read (which torch
+    build, which vendor stack); None means ``sys.path``, as for an import.
     """
 
     env: Mapping[str, str]
     root: Path = Path("/")
+    packages: tuple[str, ...] | None = None
 
     def path(self, absolute: str) -> Path:
         """``absolute`` (e.g. ``"/sys/class/drm"``) under this probe's root."""

@@ -14,6 +14,12 @@ from pathlib import Path
 import pytest
 
 import accelbackends
+from accelbackends import accelerators
+
+#: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
+BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)
+#: An environment in which only the CPU can be chosen, whatever hardware the test machine has.
+CPU_ONLY = {"ACCELBACKENDS_DISABLE": ",".join(a for a in BUILTIN_ACCELERATORS if a != "cpu")}
 
 #: Launcher variables that would make a test see the developer's shell instead of its own set-up.
 _LAUNCHER_PREFIXES = (

@@ -19,7 +19,9 @@ PACKAGE = ROOT / "accelbackends"
 def _variables_in_code() -> set[str]:
     found = set(config.KNOWN_VARIABLES)
     for path in PACKAGE.rglob("*.py"):
-        found |= set(re.findall(r"\bACCELBACKENDS_[A-Z][A-Z_]*[A-Z]\b", path.read_text()))
+        text = path.read_text()
+        found |= set(re.findall(r"\bACCELBACKENDS_[A-Z][A-Z_]*[A-Z]\b", text))
+        found |= {config.PREFIX + name for name in re.findall(r"PREFIX \+ \"(\w+)\"", text)}
     return found
 
 

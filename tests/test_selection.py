@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AcceleratorPlugin, fake_accelerator
+from conftest import CPU_ONLY, AcceleratorPlugin, fake_accelerator
 
 import accelbackends
 from accelbackends import Choice, PluginError, Registry, SelectionError
@@ -17,11 +17,14 @@ def _registry(
     env: dict[str, str] | None = None,
     extra: tuple[tuple[str, object], ...] = (),
 ) -> Registry:
-    return Registry(env=env or {}, plugins=[("fakes", AcceleratorPlugin(*specs)), *extra])
+    """A registry with the given fake accelerators where, of the built-ins, only cpu exists."""
+    return Registry(
+        env={**CPU_ONLY, **(env or {})}, plugins=[("fakes", AcceleratorPlugin(*specs)), *extra]
+    )
 
 
 def test_default_on_a_cpu_machine_is_cpu_with_gloo_and_a_reason() -> None:
-    selection = accelbackends.select(registry=Registry(env={}))
+    selection = accelbackends.select(registry=Registry(env=CPU_ONLY))
     assert (selection.accelerator, selection.backend) == ("cpu", "gloo")
     assert selection.reason == "the only available accelerator (priority 0)"
     assert selection.backend_reason == "default backend of cpu"
@@ -94,7 +97,7 @@ def test_argument_wins_over_environment_variable() -> None:
 def test_unknown_name_mentions_blocked_plugins() -> None:
     registry = Registry(env={"ACCELBACKENDS_DISABLE": "torchrun"})
     with pytest.raises(SelectionError, match=r"blocked plugins: torchrun"):
-        accelbackends.select("cuda", registry=registry)
+        accelbackends.select("tpu", registry=registry)
 
 
 def test_backend_override_must_be_supported_by_the_accelerator() -> None:

@@ -3,12 +3,45 @@
 ``BUILTIN`` lists them as (plugin name, module path) from the *first asked* to the last: the
 registry registers them in reverse, because pluggy asks later registrations first. Third-party
 environments are registered after all of them and so are asked before any built-in one.
+
+The order follows one rule: **the launcher that started this process wins over one that started
+an ancestor of it**, because a launcher sets its own variables last and the outer launcher's
+variables are merely inherited. Launchers nest in practice like this:
+
+1. ``torchrun`` — started by ``srun``, ``mpirun`` or a Kubeflow pod, one per node; its workers
+   inherit the outer launcher's variables but only ``TORCHELASTIC_RUN_ID`` and torchrun's
+   ``RANK``/``LOCAL_RANK`` describe them.
+2. ``lsf`` — ``jsrun`` also sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI; its
+   ``JSM_NAMESPACE_*`` variables exist only when ``jsrun`` started the process.
+3. ``openmpi`` — ``mpirun`` inside a Slurm allocation starts its daemons with ``srun``, so every
+   rank inherits a *daemon* step's ``SLURM_PROCID``/``SLURM_NTASKS``, which count nodes, not
+   ranks. ``OMPI_COMM_WORLD_*`` is set only by ``mpirun``, so it wins over Slurm (and over PALS,
+   which starts ``mpirun``'s daemons on Cray systems).
+4. ``pals``, 5. ``mpich``, 6. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
+   launchers inside an allocation. The other direction: ``srun --mpi=pmi2|pmix|cray_shasta``
+   starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
+   variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
+   and these environments step aside for ``slurm``, which also knows the node list
+   (:func:`~accelbackends.environments.slurm.started_by_srun`). ``pals`` likewise steps aside
+   for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
+7. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
+   not one.
+8. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked before
+   ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
+9. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 10. ``single`` — none of the above.
 """
 
 from __future__ import annotations
 
 BUILTIN: tuple[tuple[str, str], ...] = (
     ("torchrun", "accelbackends.environments.torchrun"),
+    ("lsf", "accelbackends.environments.lsf"),
+    ("openmpi", "accelbackends.environments.openmpi"),
+    ("pals", "accelbackends.environments.pals"),
+    ("mpich", "accelbackends.environments.mpich"),
+    ("pmix", "accelbackends.environments.pmix"),
+    ("slurm", "accelbackends.environments.slurm"),
+    ("kubeflow", "accelbackends.environments.kubeflow"),
     ("env", "accelbackends.environments.env"),
     ("single", "accelbackends.environments.single"),
 )

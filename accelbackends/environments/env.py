@@ -29,6 +29,9 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     sources.update(master_addr="MASTER_ADDR", master_port="MASTER_PORT")
 
     local_rank, local_world_size = 0, 1
+    sources.update(
+        local_rank="default 0 (no LOCAL_RANK)", local_world_size="default 1 (no LOCAL_WORLD_SIZE)"
+    )
     if "LOCAL_RANK" in env:
         local_rank, sources["local_rank"] = read_int(env, "LOCAL_RANK"), "LOCAL_RANK"
         local_world_size, sources["local_world_size"] = (

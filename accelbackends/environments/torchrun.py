@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ..hookspecs import hookimpl
 from ..spec import ClusterInfo
-from ._common import read_int, read_port, require
+from ._common import Reader, read_port, require
 
 _FIELDS = {
     "rank": "RANK",
@@ -26,16 +26,20 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     if "TORCHELASTIC_RUN_ID" not in env:
         return None
     require(env, "torchrun", *_FIELDS.values(), "MASTER_ADDR", "MASTER_PORT")
-    values = {field: read_int(env, var) for field, var in _FIELDS.items()}
+    r = Reader(env, "torchrun")
+    values = {field: r.read(field, var) for field, var in _FIELDS.items()}
+    r.sources.update(master_addr="MASTER_ADDR", master_port="MASTER_PORT")
     restart = env.get("TORCHELASTIC_RESTART_COUNT", "0").strip() or "0"
-    return ClusterInfo(
-        launcher="torchrun",
-        master_addr=env["MASTER_ADDR"],
+    return r.cluster(
+        rank=values["rank"],
+        world_size=values["world_size"],
+        local_rank=values["local_rank"],
+        local_world_size=values["local_world_size"],
+        node_rank=values["node_rank"],
+        master_addr=env["MASTER_ADDR"].strip(),
         master_port=read_port(env, "MASTER_PORT"),
         store_hosted=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
         # Keys of a restarted worker group must not meet the previous attempt's keys in the
         # agent's long-lived store.
         run_id=f"{env['TORCHELASTIC_RUN_ID']}/{restart}",
-        sources={**_FIELDS, "master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"},
-        **values,
     )

@@ -1,0 +1,135 @@
+"""Installed-package facts, read from package metadata: nothing here imports torch or a vendor
+stack.
+
+Whether an accelerator the hardware offers can be used depends on what is installed: a CPU
+build of torch cannot drive a GPU, and an Intel GPU needs a torch build with XPU support.
+Importing torch or a vendor runtime to find out would cost seconds and might create a device
+context before a ``fork``; the metadata answers in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["Installed", "TorchBuild", "installed", "torch_build"]
+
+_RELEASE = re.compile(r"^(\d+)\.(\d+)")
+_CUDA_TAG = re.compile(r"^cu(\d+)(\d)$")  # cu126 -> CUDA 12.6, cu118 -> 11.8
+_ROCM_TAG = re.compile(r"^rocm(\d+(?:\.\d+)*)$")
+
+
+@dataclass(frozen=True)
+class Installed:
+    """An installed distribution, as its metadata names it."""
+
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    """What the installed torch wheel was built for.
+
+    ``cuda``, ``hip`` and ``xpu`` are the toolkit versions torch was built with (as
+    ``torch.version`` reports them), None where the build has no such support. ``known`` is
+    False when neither ``torch/version.py`` nor the version's local tag (``+cpu``, ``+cu126``,
+    ``+rocm6.2``, ``+xpu``) says which build this is; the deep check at init then decides.
+    """
+
+    version: str
+    cuda: str | None = None
+    hip: str | None = None
+    xpu: str | None = None
+    known: bool = True
+
+    @property
+    def release(self) -> tuple[int, int]:
+        """``(major, minor)``, e.g. ``(2, 13)``; ``(0, 0)`` where the version is unreadable."""
+        match = _RELEASE.match(self.version)
+        return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+    def __str__(self) -> str:
+        return f"torch {self.version}"
+
+
+def _distribution(name: str, paths: Sequence[str] | None) -> metadata.Distribution | None:
+    search = list(sys.path if paths is None else paths)
+    for dist in metadata.distributions(name=name, path=search):
+        return dist
+    return None
+
+
+def installed(*names: str, paths: Sequence[str] | None = None) -> Installed | None:
+    """The first of the distributions ``names`` (any spelling: ``-``, ``_``, ``.``) that is
+    installed in ``paths`` (``sys.path`` when None), or None."""
+    for name in names:
+        dist = _distribution(name, paths)
+        if dist is not None:
+            return Installed(str(dist.metadata["Name"] or name), str(dist.version))
+    return None
+
+
+def _version_file_values(path: Path) -> dict[str, str | None] | None:
+    """The ``cuda``, ``hip`` and ``xpu`` assignments of a generated ``torch/version.py``."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values: dict[str, str | None] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if (
+            isinstance(target, ast.Name)
+            and target.id in ("cuda", "hip", "xpu")
+            and isinstance(value, ast.Constant)
+            and (value.value is None or isinstance(value.value, str))
+        ):
+            values[target.id] = value.value
+    return values
+
+
+def _from_local_tag(version: str) -> dict[str, str | None] | None:
+    """What the local version tag says (``2.13.0+cu126`` -> CUDA 12.6); None when it is silent."""
+    _, _, tag = version.partition("+")
+    if tag == "cpu":
+        return {}
+    if tag == "xpu":
+        return {"xpu": "xpu"}
+    if match := _CUDA_TAG.match(tag):
+        return {"cuda": f"{match.group(1)}.{match.group(2)}"}
+    if match := _ROCM_TAG.match(tag):
+        return {"hip": match.group(1)}
+    return None
+
+
+def torch_build(paths: Sequence[str] | None = None) -> TorchBuild | None:
+    """The installed torch build, or None when torch is not installed.
+
+    ``torch/version.py`` (generated at build time, read as text) is the authority; the local
+    version tag fills in what an older ``version.py`` does not say (it has no ``xpu`` before
+    torch 2.5).
+    """
+    dist = _distribution("torch", paths)
+    if dist is None:
+        return None
+    version = str(dist.version)
+    from_file = _version_file_values(Path(str(dist.locate_file("torch/version.py"))))
+    from_tag = _from_local_tag(version)
+    if from_file is None and from_tag is None:
+        return TorchBuild(version, known=False)
+    facts = {**(from_tag or {}), **{k: v for k, v in (from_file or {}).items() if v is not None}}
+    return TorchBuild(version, facts.get("cuda"), facts.get("hip"), facts.get("xpu"))

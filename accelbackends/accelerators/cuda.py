@@ -1,0 +1,321 @@
+"""NVIDIA (CUDA) and AMD (ROCm) GPUs: torch's ``cuda`` device, with NCCL (RCCL on ROCm).
+
+One accelerator covers both, because a ROCm build of torch drives AMD GPUs through the ``cuda``
+device type and the ``nccl`` backend name. Which vendor applies follows the installed torch
+build: ``+cu…`` (or a plain PyPI wheel built with CUDA) needs NVIDIA GPUs, ``+rocm…`` needs AMD
+GPUs, and a ``+cpu`` build can use neither, whatever the hardware.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import config
+from ..errors import ConfigError, InitError
+from ..hookspecs import hookimpl
+from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
+from . import _sysfs
+from ._devices import Visible, cuda_visible, device_index, rocm_visible
+from ._nvml import Gpu, NvmlReport, query
+from ._packages import TorchBuild, torch_build
+
+__all__ = [
+    "EAGER_INIT",
+    "EAGER_INIT_SAFE_FROM",
+    "PRIORITY",
+    "SPEC",
+    "Hardware",
+    "eager_init",
+    "find_hardware",
+    "nccl_options",
+    "verdict",
+]
+
+#: Highest of the built-ins: the most mature collective stack. A node with an integrated Intel
+#: GPU beside a discrete NVIDIA GPU trains on the NVIDIA one.
+PRIORITY = 300
+
+#: ``1`` passes ``device_id=`` to ``init_process_group`` (NCCL connects eagerly, so a broken
+#: fabric fails inside ``init()``); ``0`` never does. Unset: the torch-version default below.
+EAGER_INIT = config.EAGER_INIT
+
+#: The first torch release where eager NCCL init is on by default: None while no release is
+#: known to be safe. Passing ``device_id`` has been reported to hang collectives at random
+#: (pytorch/pytorch#153960 on 2.6, #149119) and to slow training, and both reports are still open.
+EAGER_INIT_SAFE_FROM: tuple[int, int] | None = None
+#: ``init_process_group(device_id=...)`` exists from torch 2.3.
+_DEVICE_ID_FROM = (2, 3)
+
+#: torch's NCCL watchdog mode when the user chose none: 3 (SkipCleanUp) aborts the process on a
+#: failed or timed-out collective without a blocking communicator clean-up. It is torch's own
+#: default from 2.2 (ProcessGroupNCCL.cpp); setting it keeps that behaviour fixed across releases.
+_ERROR_HANDLING_VARIABLES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
+_ERROR_HANDLING_DEFAULT = "3"
+
+_PCI_ADDRESS = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPUs the OS exposes, and how they were found."""
+
+    nvidia: int = 0
+    #: Where the NVIDIA count came from ("via NVML (driver 550.54.15)", ...).
+    nvidia_source: str = ""
+    #: NVML's list, when NVML answered (UUIDs let CUDA_VISIBLE_DEVICES be checked).
+    nvidia_gpus: tuple[Gpu, ...] | None = None
+    #: What was looked at for NVIDIA GPUs, or why NVML did not answer.
+    nvidia_note: str = ""
+    amd: int = 0
+    amd_note: str = ""
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _nvidia(probe: Probe) -> tuple[int, str, tuple[Gpu, ...] | None, str]:
+    report: NvmlReport = query(probe)
+    if report.gpus:
+        names = sorted({gpu.name for gpu in report.gpus})
+        detail = ", ".join([*names, f"driver {report.driver}"] if report.driver else names)
+        return len(report.gpus), f"via NVML ({detail})", report.gpus, ""
+    nvml = "NVML lists none" if report.gpus is not None else report.error
+    listed = _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    if listed:
+        return len(listed), "in /proc/driver/nvidia/gpus", None, nvml
+    nodes = _sysfs.listing(probe.path("/dev"), r"nvidia\d+")
+    if nodes:
+        return len(nodes), "as /dev/nvidia* device nodes", None, nvml
+    return 0, "", None, f"{nvml}; no /proc/driver/nvidia/gpus or /dev/nvidia*"
+
+
+def _amd(probe: Probe) -> tuple[int, str]:
+    if not _sysfs.exists(probe.path("/dev/kfd")):
+        return 0, "no /dev/kfd"
+    nodes = _sysfs.listing(probe.path("/sys/class/kfd/kfd/topology/nodes"), r"\d+")
+    gpus = 0
+    for node in nodes:
+        # CPU nodes of the KFD topology have no SIMD units.
+        simd = _sysfs.read_keyed(node / "properties").get("simd_count", "0")
+        if simd.isdigit() and int(simd) > 0:
+            gpus += 1
+    if not gpus:
+        return 0, "/dev/kfd exists but /sys/class/kfd lists no GPU node"
+    return gpus, ""
+
+
+def find_hardware(probe: Probe) -> Hardware:
+    """NVIDIA GPUs (NVML, else ``/proc/driver/nvidia/gpus``, else ``/dev/nvidia*``) and AMD
+    GPUs (``/dev/kfd`` and the KFD topology in ``/sys/class/kfd``)."""
+    nvidia, source, gpus, note = _nvidia(probe)
+    amd, amd_note = _amd(probe)
+    return Hardware(nvidia, source, gpus, note, amd, amd_note)
+
+
+def _matches(entry: str, gpus: Sequence[Gpu]) -> bool:
+    """Does a CUDA_VISIBLE_DEVICES UUID entry (a unique prefix is enough) name one GPU?"""
+    if entry.startswith("MIG-"):
+        return sum(uuid.startswith(entry) for gpu in gpus for uuid in gpu.mig) == 1 or any(
+            entry.startswith(f"MIG-{gpu.uuid}") for gpu in gpus
+        )
+    return sum(gpu.uuid.startswith(entry) for gpu in gpus) == 1
+
+
+def _visible_count(
+    visible: Visible, physical: int, gpus: tuple[Gpu, ...] | None
+) -> tuple[int, str]:
+    """How many GPUs CUDA will show, and what in the variable hides some of them.
+
+    CUDA reads the list up to the first entry that names no GPU and ignores the rest."""
+    if not visible.restricted:
+        return physical, ""
+    for position, entry in enumerate(visible.entries):
+        if entry.isdigit():
+            missing = int(entry) >= physical
+        else:
+            missing = gpus is not None and not _matches(entry, gpus)
+        if missing:
+            return min(position, visible.limit or position), (
+                f"{visible.describe()}: {entry!r} names no GPU on this node, so CUDA ignores it "
+                "and every entry after it"
+            )
+    return visible.count(physical), ""
+
+
+def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]) -> Detection:
+    """The detection verdict from the hardware, the torch build and the environment."""
+    if build is not None and not build.known:
+        rocm = hardware.amd > 0 and not hardware.nvidia
+    else:
+        rocm = build is not None and build.hip is not None
+    vendor, count = ("AMD", hardware.amd) if rocm else ("NVIDIA", hardware.nvidia)
+    found = [
+        f"{_plural(n, f'{name} GPU')} {how}"
+        for n, name, how in (
+            (hardware.nvidia, "NVIDIA", hardware.nvidia_source),
+            (hardware.amd, "AMD", "via /sys/class/kfd"),
+        )
+        if n
+    ]
+    if build is not None and build.known and build.cuda is None and build.hip is None:
+        if not found:
+            return Detection(False, 0, f"{_nothing_found(hardware)}; {build} has no GPU support")
+        wanted = "ROCm" if hardware.amd and not hardware.nvidia else "CUDA"
+        return Detection(
+            False,
+            0,
+            f"{' and '.join(found)}, but {build} has no CUDA or ROCm support — install a "
+            f"{wanted} build of torch",
+        )
+    if not count:
+        if found and build is not None:
+            kind, wanted = ("a ROCm", "CUDA") if rocm else ("a CUDA", "ROCm")
+            return Detection(
+                False,
+                0,
+                f"{' and '.join(found)}, but {build} is {kind} build — install a {wanted} "
+                "build of torch",
+            )
+        return Detection(False, 0, _nothing_found(hardware))
+    source = "via /sys/class/kfd" if rocm else hardware.nvidia_source
+    here = f"{_plural(count, f'{vendor} GPU')} {source}"
+    if build is None:
+        return Detection(False, 0, f"{here}, but torch is not installed — install torch")
+    try:
+        visible = rocm_visible(env) if rocm else cuda_visible(env)
+    except ConfigError as exc:
+        # Still available: init() refuses the variable with this message rather than falling
+        # back to the CPU in silence.
+        return Detection(True, count, f"{here}; but {exc} (init() will refuse it)")
+    shown, problem = _visible_count(visible, count, None if rocm else hardware.nvidia_gpus)
+    if visible.restricted and not shown and not problem:
+        hidden = _plural(count, f"{vendor} GPU")
+        return Detection(False, 0, f"{visible.describe()} hides all {hidden}")
+    if not build.known:
+        toolkit = "build not told by its metadata; init() asks torch"
+    else:
+        toolkit = f"ROCm {build.hip}" if rocm else f"CUDA {build.cuda}"
+    reason = f"{here}; {build} ({toolkit})"
+    if problem:
+        reason += f"; {problem}"
+    elif visible.restricted:
+        reason += f"; {visible.describe()} shows {shown}"
+    if hardware.nvidia_note and not rocm:
+        reason += f" ({hardware.nvidia_note})"
+    return Detection(shown > 0, shown, reason)
+
+
+def _nothing_found(hardware: Hardware) -> str:
+    return f"no NVIDIA GPU ({hardware.nvidia_note}) and no AMD GPU ({hardware.amd_note})"
+
+
+def _detect(probe: Probe) -> Detection:
+    packages = probe.packages
+    return verdict(find_hardware(probe), torch_build(packages), probe.env)
+
+
+def _confirm() -> str | None:
+    import torch
+
+    kind = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+    if not torch.cuda.is_available():
+        return (
+            f"torch.cuda.is_available() is False (torch {torch.__version__}, {kind}): the "
+            "driver may be older than this build needs, or no GPU is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    if torch.cuda.device_count() < 1:
+        return f"torch.cuda.device_count() is 0 (torch {torch.__version__}, {kind})"
+    return None
+
+
+def _bind(request: BindRequest) -> Any:
+    import torch
+
+    rocm = bool(torch.version.hip)
+    visible = rocm_visible(request.env) if rocm else cuda_visible(request.env)
+    count = torch.cuda.device_count()
+    listed = visible.count(count)
+    if visible.restricted and count < listed:
+        raise ConfigError(
+            f"{visible.describe()} lists {listed} GPUs but "
+            f"{'HIP' if rocm else 'CUDA'} shows {count}: an entry names no GPU on this node, "
+            "and the runtime ignores it and every entry after it; list only GPUs this node has"
+        )
+    index = device_index(
+        local_rank=request.local_rank,
+        local_world_size=request.local_world_size,
+        count=count,
+        visible=visible,
+        what="GPUs",
+        env=request.env,
+    )
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def eager_init(env: Mapping[str, str], torch_version: str) -> bool:
+    """Whether to pass ``device_id=`` (eager NCCL init): :data:`EAGER_INIT` if set, else on
+    from :data:`EAGER_INIT_SAFE_FROM`."""
+    release = TorchBuild(torch_version).release
+    value = config.read_name(env, EAGER_INIT)
+    if value is not None:
+        wanted = config.parse_bool(value, source=EAGER_INIT)
+        if wanted and release < _DEVICE_ID_FROM:
+            raise ConfigError(
+                f"{EAGER_INIT}={value}: torch {torch_version} has no device_id argument for "
+                "init_process_group (added in 2.3); unset it or upgrade torch"
+            )
+        return wanted
+    return EAGER_INIT_SAFE_FROM is not None and release >= EAGER_INIT_SAFE_FROM
+
+
+def nccl_options(request: OptionsRequest, torch_version: str) -> BackendOptions:
+    """What ``init_process_group`` gets for NCCL with torch ``torch_version``."""
+    env_defaults = {}
+    if not any(request.env.get(name, "").strip() for name in _ERROR_HANDLING_VARIABLES):
+        env_defaults[_ERROR_HANDLING_VARIABLES[0]] = _ERROR_HANDLING_DEFAULT
+    return BackendOptions(
+        # Gloo serves CPU tensors beside NCCL's GPU tensors (object collectives, CPU metrics).
+        "cpu:gloo,cuda:nccl",
+        request.timeout,
+        device_id=request.device if eager_init(request.env, torch_version) else None,
+        env_defaults=env_defaults,
+    )
+
+
+def _backend_options(request: OptionsRequest) -> BackendOptions:
+    if request.backend == "gloo":
+        return BackendOptions("gloo", request.timeout)
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_nccl_available():
+        raise InitError(
+            f"torch {torch.__version__} was built without NCCL; use "
+            f"{config.BACKEND}=gloo or install a CUDA or ROCm build of torch"
+        )
+    return nccl_options(request, torch.__version__)
+
+
+SPEC = AcceleratorSpec(
+    name="cuda",
+    device_type="cuda",
+    priority=PRIORITY,
+    backends=("nccl", "gloo"),
+    default_backend="nccl",
+    detect=_detect,
+    bind=_bind,
+    backend_options=_backend_options,
+    confirm=_confirm,
+    description="NVIDIA (CUDA) and AMD (ROCm) GPUs with NCCL/RCCL",
+)
+
+
+@hookimpl
+def accelbackends_declare_accelerators() -> Sequence[AcceleratorSpec]:
+    return [SPEC]

@@ -1,0 +1,1 @@
+"""Fake ``habana_frameworks`` (Intel Gaudi software). Test code only."""

@@ -1,0 +1,149 @@
+"""A fake machine: the sysfs, procfs and ``/dev`` entries that accelerator probes read.
+
+Build one in a temporary directory and hand its root to a probe (``FakeTree.probe()``) or to a
+registry (``accelbackends.Registry(root=tree.root)``)::
+
+    tree = FakeTree(tmp_path).nvidia(2).intel_gpu(integrated=True)
+    status = accelbackends.detect(registry=accelbackends.Registry(root=tree.root))
+
+Device nodes are empty files: probes only ask whether they exist.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..spec import Probe
+
+__all__ = ["FakeTree"]
+
+
+class FakeTree:
+    """Builds the entries under ``root``; every method returns the tree, so calls chain."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, absolute: str) -> Path:
+        return self.root / absolute.lstrip("/")
+
+    def write(self, absolute: str, text: str = "") -> FakeTree:
+        """A file at ``absolute`` (under the root) with ``text``."""
+        path = self.path(absolute)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return self
+
+    def link(self, absolute: str, target: str) -> FakeTree:
+        """A symbolic link at ``absolute`` to ``target`` (relative links stay inside the tree)."""
+        path = self.path(absolute)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.symlink_to(target)
+        return self
+
+    def _next(self, directory: str, prefix: str, start: int = 0) -> int:
+        taken = {
+            int(entry.name[len(prefix) :])
+            for entry in (self.path(directory).iterdir() if self.path(directory).exists() else ())
+            if entry.name.startswith(prefix) and entry.name[len(prefix) :].isdigit()
+        }
+        index = start
+        while index in taken:
+            index += 1
+        return index
+
+    # -- NVIDIA ----------------------------------------------------------------------------
+
+    def nvidia(self, count: int = 1, *, proc: bool = True, dev: bool = True) -> FakeTree:
+        """``count`` NVIDIA GPUs as the driver shows them without NVML: a directory per GPU in
+        ``/proc/driver/nvidia/gpus`` and ``/dev/nvidiaN`` nodes."""
+        for index in range(count):
+            if proc:
+                self.write(
+                    f"/proc/driver/nvidia/gpus/0000:{index + 0x17:02x}:00.0/information",
+                    "Model: \t\t NVIDIA H100 80GB HBM3\n",
+                )
+            if dev:
+                self.write(f"/dev/nvidia{index}")
+        if dev and count:
+            self.write("/dev/nvidiactl")
+        return self
+
+    # -- AMD -------------------------------------------------------------------------------
+
+    def amd(self, count: int = 1) -> FakeTree:
+        """``count`` AMD GPUs: ``/dev/kfd`` and a KFD topology with a CPU node and GPU nodes."""
+        self.write("/dev/kfd")
+        nodes = "/sys/class/kfd/kfd/topology/nodes"
+        self.write(f"{nodes}/0/properties", "cpu_cores_count 64\nsimd_count 0\nvendor_id 0\n")
+        for index in range(1, count + 1):
+            self.write(
+                f"{nodes}/{index}/properties",
+                "cpu_cores_count 0\nsimd_count 304\nvendor_id 4098\ngfx_target_version 90402\n",
+            )
+        return self
+
+    # -- Intel GPUs ------------------------------------------------------------------------
+
+    def intel_gpu(
+        self,
+        *,
+        integrated: bool = False,
+        driver: str = "xe",
+        slot: str | None = None,
+        vendor: str = "0x8086",
+    ) -> FakeTree:
+        """An Intel GPU (or, with another ``vendor``, any GPU) with a ``card`` and a render
+        node in ``/sys/class/drm``, linked to its PCI device like the kernel does."""
+        render = self._next("/sys/class/drm", "renderD", 128)
+        card = render - 128
+        if slot is None:
+            slot = "0000:00:02.0" if integrated else f"0000:{0x03 + card:02x}:00.0"
+        device = f"/sys/devices/pci0000:00/{slot}"
+        self.write(f"{device}/vendor", f"{vendor}\n")
+        self.write(f"{device}/uevent", f"DRIVER={driver}\nPCI_SLOT_NAME={slot}\n")
+        self.link(f"{device}/driver", f"../../../bus/pci/drivers/{driver}")
+        self.path(f"/sys/bus/pci/drivers/{driver}").mkdir(parents=True, exist_ok=True)
+        for name in (f"card{card}", f"renderD{render}"):
+            self.link(f"/sys/class/drm/{name}/device", f"../../../devices/pci0000:00/{slot}")
+            self.write(f"/dev/dri/{name}")
+        return self
+
+    # -- Habana Gaudi ----------------------------------------------------------------------
+
+    def gaudi(self, count: int = 1, *, dev: bool = True, vendor: str = "0x1da3") -> FakeTree:
+        """``count`` accel-class devices (Gaudi with the default ``vendor``) in
+        ``/sys/class/accel``, with ``/dev/accel/accelN`` nodes unless ``dev`` is False (as in
+        a container the devices were not mounted into)."""
+        for _ in range(count):
+            index = self._next("/sys/class/accel", "accel")
+            self.write(f"/sys/class/accel/accel{index}/device/vendor", f"{vendor}\n")
+            self.write(f"/sys/class/accel/accel{index}/device/module_id", f"{index}\n")
+            if dev:
+                self.write(f"/dev/accel/accel{index}")
+        return self
+
+    def gaudi_legacy(self, count: int = 1) -> FakeTree:
+        """``count`` Gaudi devices as drivers before the accel subsystem show them: ``/dev/hlN``."""
+        for index in range(count):
+            self.write(f"/dev/hl{index}")
+            self.write(f"/dev/hl_controlD{index}")
+        return self
+
+    # -- probes ----------------------------------------------------------------------------
+
+    def probe(
+        self, env: Mapping[str, str] | None = None, packages: Sequence[str] | None = None
+    ) -> Probe:
+        """A probe of this tree with ``env`` (empty by default: not this process's variables)
+        and installed-package metadata from ``packages`` (``sys.path`` when None)."""
+        return Probe(
+            env=dict(env or {}),
+            root=self.root,
+            packages=None if packages is None else tuple(str(p) for p in packages),
+        )

@@ -1,0 +1,107 @@
+"""The cuda plugin on real GPUs: detection, binding and NCCL across every visible GPU.
+
+Runs only where torch sees a CUDA (or ROCm) GPU; elsewhere each test is skipped with the reason.
+Every multi-process test starts real ranks the way torchrun does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from accelbackends import Registry
+from accelbackends.accelerators import _nvml
+from accelbackends.spec import Probe
+from accelbackends.testing import launch_ranks
+from accelbackends.testing.rank import parse
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason=f"needs a CUDA or ROCm GPU; torch {torch.__version__} sees none here",
+    ),
+]
+
+
+def gpus() -> int:
+    return int(torch.cuda.device_count())
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+    env.update(extra)
+    return env
+
+
+def run(nprocs: int, **env: str) -> list[dict[str, Any]]:
+    argv = [sys.executable, "-m", "accelbackends.testing.rank", "--root", "/"]
+    results = launch_ranks(argv, nprocs, env=_env(**env), timeout=300)
+    return [parse(result.stdout) | {"stderr": result.stderr[-3000:]} for result in results]
+
+
+def test_detection_agrees_with_torch() -> None:
+    status = {s.name: s for s in Registry(env=_env()).detect()}["cuda"]
+    assert status.available, status.detection.reason
+    assert status.detection.device_count == gpus()
+
+
+@pytest.mark.skipif(bool(torch.version.hip), reason="NVML is NVIDIA's")
+def test_nvml_lists_the_gpus_torch_sees_without_a_cuda_context() -> None:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        pytest.skip("CUDA_VISIBLE_DEVICES hides GPUs from torch but not from NVML")
+    report = _nvml.query(Probe(env={}))
+    assert report.gpus is not None, report.error
+    assert len(report.gpus) == gpus()
+    assert all(gpu.uuid.startswith("GPU-") for gpu in report.gpus)
+
+
+def test_nccl_across_every_visible_gpu_binds_local_rank_to_its_gpu() -> None:
+    n = gpus()
+    reports = run(n)
+    total = float(n * (n + 1) // 2)
+    for rank, report in enumerate(reports):
+        assert "error" not in report, report
+        assert report["accelerator"] == "cuda"
+        assert report["process_group_backend"] == "cpu:gloo,cuda:nccl"
+        assert report["device"] == f"cuda:{rank}"
+        assert report["on_device"] is True
+        assert (report["cpu_sum"], report["device_sum"]) == (total, total)
+        assert report["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+
+
+def test_eager_init_passes_device_id_and_still_communicates() -> None:
+    n = gpus()
+    for report in run(n, ACCELBACKENDS_EAGER_INIT="1"):
+        assert "error" not in report, report
+        assert report["device_sum"] == float(n * (n + 1) // 2)
+
+
+def test_one_gpu_made_visible_is_cuda_0_for_the_process() -> None:
+    last = str(gpus() - 1)
+    (report,) = run(1, CUDA_VISIBLE_DEVICES=last)
+    assert "error" not in report, report
+    assert report["device"] == "cuda:0"
+    assert report["env"]["CUDA_VISIBLE_DEVICES"] == last
+
+
+def test_gloo_override_communicates_gpu_tensors() -> None:
+    n = gpus()
+    for report in run(n, ACCELBACKENDS_BACKEND="gloo"):
+        assert "error" not in report, report
+        assert report["process_group_backend"] == "gloo"
+        assert report["device_sum"] == float(n * (n + 1) // 2)
+
+
+def test_more_ranks_than_gpus_fails_naming_both_numbers_and_sharing_opts_in() -> None:
+    n = gpus()
+    for report in run(n + 1):
+        assert report["error"]["type"] == "ConfigError"
+        assert f"{n + 1} local ranks but only {n} GPUs are visible" in report["error"]["message"]
+    shared = run(n + 1, ACCELBACKENDS_SHARE_DEVICES="1", ACCELBACKENDS_BACKEND="gloo")
+    assert [r.get("device") for r in shared] == [f"cuda:{i % n}" for i in range(n + 1)]
