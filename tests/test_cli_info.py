@@ -157,13 +157,16 @@ def test_version_flag(cli: Cli) -> None:
     )
 
 
-@pytest.mark.skipif(
-    shutil.which("accelbackends") is None,
-    reason="the console script is not installed in this environment",
-)
+#: The console script pip installed beside this interpreter (a venv's bin/), or one on PATH.
+SCRIPT = Path(sys.executable).with_name("accelbackends")
+if not SCRIPT.exists():
+    SCRIPT = Path(shutil.which("accelbackends") or SCRIPT)
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed here")
 def test_console_script_runs_the_same_command() -> None:
     result = subprocess.run(
-        ["accelbackends", "info", "--json"], capture_output=True, text=True, check=False, timeout=60
+        [str(SCRIPT), "info", "--json"], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 0
     assert json.loads(result.stdout)["selected"]["accelerator"] == "cpu"
