@@ -107,6 +107,18 @@ def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rende
     """Connect to (or host) the store and wait until all ``world_size`` ranks have joined."""
     import torch.distributed as dist
 
+    if cluster.store_socket is not None:
+        from . import localstore
+
+        raw = localstore.connect(cluster.store_socket, timedelta(seconds=join_timeout))
+        return _join(
+            raw,
+            cluster,
+            join_timeout,
+            time.monotonic() + join_timeout,
+            generation,
+            where=f"the local store {cluster.store_socket}",
+        )
     if cluster.world_size == 1 and not cluster.store_hosted:
         store = dist.HashStore()
         return Rendezvous(store, store)
@@ -131,6 +143,28 @@ def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rende
         raw = _server(cluster, timeout)
     else:
         raw = _client(cluster, timeout)
+    return _join(
+        raw,
+        cluster,
+        join_timeout,
+        deadline,
+        generation,
+        where=f"{cluster.master_addr}:{cluster.master_port}",
+    )
+
+
+def _join(
+    raw: Any,
+    cluster: ClusterInfo,
+    join_timeout: float,
+    deadline: float,
+    generation: int,
+    *,
+    where: str,
+) -> Rendezvous:
+    """Count this rank in and wait, until ``deadline``, for all the others."""
+    import torch.distributed as dist
+
     prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
     joined = raw.add(prefix + "joined", 1)
     if joined >= cluster.world_size:
@@ -144,7 +178,6 @@ def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rende
                 joined = raw.add(prefix + "joined", 0)
             except dist.DistError:
                 joined = -1
-            where = f"{cluster.master_addr}:{cluster.master_port}"
             count = f"{joined}/{cluster.world_size}" if joined >= 0 else "not all"
             raise RendezvousError(
                 f"rendezvous timed out after {join_timeout:g} s: {count} ranks joined at "

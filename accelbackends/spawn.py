@@ -1,8 +1,10 @@
 """``spawn(fn, nprocs)``: run ``fn(ctx, *args)`` in N local ranks, for single-node jobs, notebooks
 and tests.
 
-The parent hosts the rendezvous store on a loopback socket it bound itself (no port race, nothing
-listening on the network) and every rank connects to it as a client. Ranks are forked where that
+The parent serves the rendezvous store over a Unix socket in a private directory
+(:mod:`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
+none of the DNS look-ups that make torch's TCP store stall now and then), and Gloo is kept on the
+loopback interface. Ranks are forked where that
 is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
 others are stopped at once and the parent raises :class:`~accelbackends.errors.SpawnError` naming
@@ -11,13 +13,16 @@ the rank; no child outlives the call.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -25,9 +30,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import config
 from .errors import ConfigError, SpawnError
-from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, host_loopback_store
+from .localstore import LocalStoreServer
 from .spec import ClusterInfo
 
 __all__ = ["spawn"]
@@ -95,9 +99,13 @@ def _child(
     init_options: dict[str, Any],
     conn: Connection,
     parent: int,
+    store_fd: int,
 ) -> None:
     from .lifecycle import destroy, init
 
+    if store_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(store_fd)  # the parent's listening socket, inherited through fork
     # The parent stops ranks with SIGTERM: die by it, whatever handler the parent installed.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
@@ -108,8 +116,6 @@ def _child(
         WORLD_SIZE=str(cluster.world_size),
         LOCAL_RANK=str(cluster.local_rank),
         LOCAL_WORLD_SIZE=str(cluster.local_world_size),
-        MASTER_ADDR=str(cluster.master_addr),
-        MASTER_PORT=str(cluster.master_port),
     )
     # All ranks are on this host: keep Gloo's connections on the loopback interface, off the
     # network, and independent of whether this host's name resolves.
@@ -201,15 +207,9 @@ def spawn(
     if "cluster" in init_options or "registry" in init_options:
         raise ConfigError("spawn() describes the cluster itself; do not pass cluster= or registry=")
     method = _start_method(start_method, fn)
-    join_s = (
-        init_options.get("rendezvous_timeout")
-        or config.read_seconds(os.environ, config.RENDEZVOUS_TIMEOUT)
-        or DEFAULT_RENDEZVOUS_TIMEOUT
-    )
-    if hasattr(join_s, "total_seconds"):
-        join_s = join_s.total_seconds()
-    store, port = host_loopback_store(nprocs, float(join_s))
     context: Any = multiprocessing.get_context(method)
+    workdir = tempfile.mkdtemp(prefix="accelbackends-spawn-")  # mode 0700: this user only
+    server = LocalStoreServer(os.path.join(workdir, "store.sock"))
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
     processes: dict[int, multiprocessing.process.BaseProcess] = {}
     connections: dict[Connection, int] = {}
@@ -222,19 +222,24 @@ def spawn(
                 local_rank=rank,
                 local_world_size=nprocs,
                 node_rank=0,
-                master_addr="127.0.0.1",
-                master_port=port,
-                store_hosted=True,
+                store_socket=server.path,
                 run_id=run_id,
                 sources=dict.fromkeys(
-                    ("rank", "world_size", "local_rank", "local_world_size", "master_port"),
-                    "spawn()",
+                    ("rank", "world_size", "local_rank", "local_world_size"), "spawn()"
                 ),
             )
             receive, send = context.Pipe(duplex=False)
             process = context.Process(
                 target=_child,
-                args=(fn, tuple(args), cluster, init_options, send, os.getpid()),
+                args=(
+                    fn,
+                    tuple(args),
+                    cluster,
+                    init_options,
+                    send,
+                    os.getpid(),
+                    server.fileno() if method == "fork" else -1,
+                ),
                 name=f"accelbackends-rank-{rank}",
             )
             process.start()
@@ -246,7 +251,8 @@ def spawn(
         _stop(processes.values())
         for conn in connections:
             conn.close()
-        del store
+        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _collect(

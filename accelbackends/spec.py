@@ -78,8 +78,10 @@ class ClusterInfo:
 
     ``sources`` maps each field name to the variable it came from (``"rank": "RANK"``); it is
     shown by ``info`` and used to name variables in errors. ``store_hosted`` says that a
-    rendezvous store already runs at ``master_addr:master_port`` (torchrun's agent, the parent of
-    :func:`accelbackends.spawn`), so every rank connects to it as a client.
+    rendezvous store already runs at ``master_addr:master_port`` (torchrun's agent), so every
+    rank connects to it as a client. ``store_socket`` is the Unix socket of a store that
+    serves every rank of a single-host job instead (:func:`accelbackends.spawn` runs one): no
+    TCP, no name lookups, nothing reachable from the network.
     """
 
     launcher: str
@@ -93,6 +95,7 @@ class ClusterInfo:
     store_hosted: bool = False
     run_id: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
+    store_socket: str | None = None
 
     def source(self, field_name: str) -> str:
         return self.sources.get(field_name, field_name)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import stat
 import threading
 import warnings
 from pathlib import Path
@@ -15,8 +17,14 @@ import accelbackends
 from accelbackends import Registry, RendezvousError, RendezvousWarning
 
 
-def _listening_addresses(port: int) -> set[str]:
-    """Local addresses with a socket in LISTEN state on ``port``, from /proc/net/tcp{,6}."""
+def _own_tcp_listeners() -> set[str]:
+    """Local addresses of the TCP sockets this process listens on (from /proc/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
     found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         path = Path(table)
@@ -24,22 +32,26 @@ def _listening_addresses(port: int) -> set[str]:
             continue
         for line in path.read_text().splitlines()[1:]:
             fields = line.split()
-            address, port_hex = fields[1].rsplit(":", 1)
-            if int(port_hex, 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                found.add(address)
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].rsplit(":", 1)[0])
     return found
 
 
-def _store_listeners(ctx: accelbackends.Context) -> set[str]:
-    assert ctx.master_port is not None
-    return _listening_addresses(ctx.master_port)
+def _exposure(ctx: accelbackends.Context) -> tuple[set[str], str | None, int]:
+    socket_path = ctx.cluster.store_socket
+    mode = stat.S_IMODE(os.stat(os.path.dirname(socket_path)).st_mode) if socket_path else -1
+    return _own_tcp_listeners(), socket_path, mode
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
-def test_spawn_binds_the_rendezvous_store_to_loopback_only() -> None:
-    listeners = accelbackends.spawn(_store_listeners, 2)
-    # 0100007F is 127.0.0.1 in /proc's little-endian hex; 00000000 would be every interface.
-    assert listeners[0] == {"0100007F"}
+def test_spawned_ranks_listen_on_loopback_only_and_meet_through_a_private_socket() -> None:
+    for listeners, socket_path, mode in accelbackends.spawn(_exposure, 2):
+        # Gloo's own listening sockets: 0100007F is 127.0.0.1 in /proc's little-endian hex;
+        # 00000000 would be every interface.
+        assert listeners and listeners <= {"0100007F"}
+        # The rendezvous store is a Unix socket in a directory only this user may enter.
+        assert socket_path is not None and socket_path.endswith(".sock")
+        assert mode == 0o700
 
 
 def _free_port() -> int:

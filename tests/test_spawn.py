@@ -44,7 +44,7 @@ def _context_fields(ctx: accelbackends.Context) -> tuple[object, ...]:
 
 
 def test_spawned_context_describes_a_loopback_single_node_job() -> None:
-    assert accelbackends.spawn(_context_fields, 2)[1] == ("spawn", 2, "127.0.0.1", "cpu", "gloo", 2)
+    assert accelbackends.spawn(_context_fields, 2)[1] == ("spawn", 2, None, "cpu", "gloo", 2)
 
 
 def _raise_on_rank_one(ctx: accelbackends.Context) -> None:
