@@ -194,7 +194,7 @@ def spawn(
     :param start_method: ``fork`` (default where available and no device runtime was
         initialised in this process), ``spawn`` or ``forkserver``.
     :param init_options: Keyword arguments for :func:`accelbackends.init` (``accelerator=``,
-        ``backend=``, ``timeout=``, ``seed=`` ...).
+        ``backend=``, ``timeout=``, ``seed=``, and ``registry=`` with the fork start method).
     :return: The return values of ``fn``, indexed by rank.
     :raises SpawnError: A rank raised or died; names the rank and carries its message.
     """
@@ -204,9 +204,14 @@ def spawn(
         raise ConfigError(f"nprocs={nprocs!r} is not valid; use an integer >= 1")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise ConfigError(f"args={args!r} is not valid; pass a tuple of arguments for fn")
-    if "cluster" in init_options or "registry" in init_options:
-        raise ConfigError("spawn() describes the cluster itself; do not pass cluster= or registry=")
+    if "cluster" in init_options:
+        raise ConfigError("spawn() describes the cluster itself; do not pass cluster=")
     method = _start_method(start_method, fn)
+    if "registry" in init_options and method != "fork":
+        raise ConfigError(
+            f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
+            "a registry holds loaded plugin modules and cannot be pickled"
+        )
     context: Any = multiprocessing.get_context(method)
     workdir = tempfile.mkdtemp(prefix="accelbackends-spawn-")  # mode 0700: this user only
     server = LocalStoreServer(os.path.join(workdir, "store.sock"))

@@ -385,3 +385,20 @@ def test_port_held_by_a_program_that_never_answers_fails_within_the_timeout() ->
         for conn in accepted:
             conn.close()
     assert not dist.is_initialized()
+
+
+class _BrokenOptions:
+    @accelbackends.hookimpl
+    def accelbackends_backend_options(self, accelerator, options, cluster):  # type: ignore[no-untyped-def]
+        raise KeyError("NCCL_SOCKET_IFNAME")
+
+
+def test_options_hook_failure_is_attributed_to_its_plugin_and_nothing_is_initialised() -> None:
+    registry = Registry(env={}, plugins=[("sitepolicy", _BrokenOptions())])
+    with pytest.raises(
+        PluginError,
+        match=r"plugin 'sitepolicy' failed while adjusting the "
+        r"backend options: KeyError",
+    ):
+        accelbackends.init(registry=registry)
+    assert not dist.is_initialized() and not accelbackends.is_initialized()

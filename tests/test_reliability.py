@@ -112,3 +112,62 @@ def test_public_names_are_exactly_the_lazy_exports() -> None:
         warnings.simplefilter("error")
         for name in accelbackends.__all__:
             assert getattr(accelbackends, name) is not None
+
+
+FORK_SAFETY = """
+import json, sys
+import accelbackends
+
+registry = accelbackends.Registry(root=sys.argv[1])
+selection = accelbackends.select(registry=registry)
+
+def rank(ctx):
+    import habana_frameworks.torch.hpu as hpu
+    return {"device": str(ctx.device), "acquired": hpu.acquired_module_id,
+            "backend": ctx.process_group_backend}
+
+results = accelbackends.spawn(rank, 2, registry=registry)
+print(json.dumps({
+    "selected": selection.accelerator,
+    "parent_loaded": sorted(m for m in sys.modules
+                            if m.split(".")[0] in ("habana_frameworks", "torch_npu")),
+    "ranks": results,
+}))
+"""
+
+
+@pytest.mark.slow
+def test_after_detect_and_select_forked_ranks_initialise_their_own_device_runtime(
+    tmp_path: Path,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from accelbackends.testing import FakeStack, FakeTree
+
+    tree = FakeTree(tmp_path / "root").gaudi(4)
+    stack = FakeStack(tmp_path / "stack").habana(devices=4)
+    env = stack.env(
+        {
+            "PATH": os.environ.get("PATH", ""),
+            "TORCH_CPP_LOG_LEVEL": "ERROR",
+            "HABANA_VISIBLE_MODULES": "2,3",
+        }
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_SAFETY, str(tree.root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["selected"] == "hpu"
+    # Detection, selection and spawning never touched the vendor runtime in the parent ...
+    assert report["parent_loaded"] == []
+    # ... so each forked rank acquired its own module, the one its local rank maps to.
+    assert [r["acquired"] for r in report["ranks"]] == ["2", "3"]
+    assert {r["backend"] for r in report["ranks"]} == {"cpu:gloo,hpu:hccl"}
