@@ -25,6 +25,7 @@ from .errors import (
     describe,
     first_line,
 )
+from .network import GLOO_INTERFACE, gloo_interface_for
 from .registry import Registry, default_registry
 from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, meet
 from .selection import Selection, select
@@ -255,6 +256,11 @@ def _initialise(
     options = registry.backend_options(spec, options, cluster)
     for key, value in options.env_defaults.items():
         os.environ.setdefault(key, value)
+    interface = gloo_interface_for(
+        options.backend, cluster.master_addr, cluster.world_size > cluster.local_world_size
+    )
+    if interface is not None:
+        os.environ[GLOO_INTERFACE] = interface
 
     _generation += 1
     rendezvous = meet(cluster, join_timeout=join_s, generation=_generation)
