@@ -7,6 +7,8 @@ and what would be accepted. The command line turns them into one line on stderr 
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "AccelBackendsError",
     "AccelBackendsWarning",
@@ -21,16 +23,20 @@ __all__ = [
 ]
 
 
+#: The source location torch's C++ errors start with, e.g. "[/__w/pytorch/.../pair.cc:537] ".
+_CPP_LOCATION = re.compile(r"^\[[^\]\s]+\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*")
+
+
 def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message, or its type's name."""
+    """The first non-empty line of an exception's message (without the C++ source location
+    torch puts in front of its errors), or its type's name."""
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    return _CPP_LOCATION.sub("", lines[0]) if lines else type(exc).__name__
 
 
 def describe(exc: BaseException) -> str:
     """``Type: first line`` for messages that attribute a failure to someone else's code."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {first_line(exc)}" if str(exc).strip() else type(exc).__name__
 
 
 class AccelBackendsError(Exception):

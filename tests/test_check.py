@@ -1,0 +1,483 @@
+"""``accelbackends check``: real ranks over real Gloo, started the way a user starts them.
+
+Misbehaving backends come from a fake third-party plugin installed for real (a ``*.dist-info``
+on PYTHONPATH, see ``FAKE_COMM``): its accelerator runs on the CPU and registers backends that
+delegate to Gloo but break one thing on purpose. It is test code only; the library is never
+patched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import _LAUNCHER_PREFIXES, _LAUNCHER_VARS, run_cli
+
+from accelbackends import check
+
+#: Tiny sweeps keep every run to a few seconds on a 2-core machine.
+QUICK = ("--min-bytes", "1KiB", "--max-bytes", "8KiB", "--iters", "2", "--warmup", "1")
+
+FAKE_COMM = '''
+"""Test code only: accelerator "fakecomm" on the CPU with backends that run over Gloo but
+misbehave on purpose. partial: all_to_all is not implemented (said the way torch's backends say
+it). lying: all_reduce sums are off by one on rank 1. dies: rank 1 exits in broadcast. hangs:
+rank 1 sleeps in broadcast."""
+
+import os
+import time
+
+import accelbackends
+
+BACKENDS = ("partial", "lying", "dies", "hangs")
+
+
+def _register_backends():
+    import torch.distributed as dist
+
+    if BACKENDS[0] in dist.Backend.backend_list:
+        return
+
+    class OverGloo(dist.ProcessGroup):
+        def __init__(self, store, rank, size, timeout, name):
+            super().__init__(rank, size)
+            self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+            self._name = name
+
+        def getBackendName(self):
+            return self._name
+
+        def allreduce(self, tensors, opts):
+            work = self._gloo.allreduce(tensors, opts)
+            if self._name == "lying" and self.rank() == 1 and opts.reduceOp == dist.ReduceOp.SUM:
+                work.wait()
+                for tensor in tensors:
+                    tensor.add_(1)
+            return work
+
+        def broadcast(self, tensors, opts):
+            if self.rank() == 1 and self._name == "dies":
+                os._exit(3)
+            if self.rank() == 1 and self._name == "hangs":
+                time.sleep(3600)
+            return self._gloo.broadcast(tensors, opts)
+
+        def allgather(self, outputs, inputs, opts):
+            return self._gloo.allgather(outputs, inputs, opts)
+
+        def all_gather_single(self, output, input, opts):
+            return self._gloo._allgather_base(output, input, opts)
+
+        def reduce_scatter(self, outputs, inputs, opts):
+            return self._gloo.reduce_scatter(outputs, inputs, opts)
+
+        def alltoall(self, outputs, inputs, opts):
+            if self._name == "partial":
+                raise RuntimeError("Backend partial does not support alltoall")
+            return self._gloo.alltoall(outputs, inputs, opts)
+
+        def send(self, tensors, dst, tag):
+            return self._gloo.send(tensors, dst, tag)
+
+        def recv(self, tensors, src, tag):
+            return self._gloo.recv(tensors, src, tag)
+
+        def barrier(self, opts):
+            return self._gloo.barrier(opts)
+
+    for name in BACKENDS:
+        def create(store, rank, size, timeout, name=name):
+            return OverGloo(store, rank, size, timeout, name)
+
+        dist.Backend.register_backend(name, create, devices=["cpu"])
+
+
+def _options(request):
+    _register_backends()
+    return accelbackends.BackendOptions(backend=request.backend, timeout=request.timeout)
+
+
+def _bind(request):
+    import torch
+
+    return torch.device("cpu")
+
+
+@accelbackends.hookimpl
+def accelbackends_declare_accelerators():
+    return [
+        accelbackends.AcceleratorSpec(
+            name="fakecomm",
+            device_type="cpu",
+            priority=5,
+            backends=BACKENDS,
+            default_backend="partial",
+            detect=lambda probe: accelbackends.Detection(True, 1, "fake, for the check tests"),
+            bind=_bind,
+            backend_options=_options,
+        )
+    ]
+'''
+
+
+@pytest.fixture
+def fake_comm(plugin_dist: Callable[..., Path]) -> Path:
+    """The directory to put on PYTHONPATH so that the fake plugin is installed."""
+    return plugin_dist("fakecomm", FAKE_COMM)
+
+
+def _report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The one JSON object --json prints (the whole of stdout must be that object)."""
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_LAUNCHER_PREFIXES) and key not in _LAUNCHER_VARS
+    }
+    return {**env, **extra}
+
+
+# -- standalone runs ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2, 3, 4])
+def test_standalone_run_with_n_ranks_passes_every_check_and_sweeps_both_ops(nproc: int) -> None:
+    result = run_cli("check", "--nproc", str(nproc), "--json", *QUICK)
+    assert result.returncode == 0, result.stderr
+    report = _report(result)
+    assert report["ok"] is True
+    assert report["world_size"] == nproc
+    assert (report["accelerator"], report["backend"], report["launcher"]) == (
+        "cpu",
+        "gloo",
+        "spawn",
+    )
+    checks = _checks(report)
+    for name, entry in checks.items():
+        alone = nproc == 1 and name.startswith("send/recv ring")
+        assert entry["ok"], (name, entry)
+        assert entry["skipped"] is alone, (name, entry)
+    for dtype in check.DTYPES:
+        for op in (
+            "all_reduce sum",
+            "all_reduce max",
+            "all_reduce min",
+            "broadcast",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "send/recv ring",
+        ):
+            assert f"{op} {dtype}" in checks
+    assert {"all_gather_object", "barrier", "all_reduce avg float32"} <= set(checks)
+    assert "all_reduce avg int64" not in checks  # not defined for integers, so not claimed
+    swept = [(b["op"], b["bytes"]) for b in report["bandwidth"]]
+    assert [s for op, s in swept if op == "all_reduce"] == [1024, 2048, 4096, 8192]
+    assert len([s for op, s in swept if op == "all_gather"]) == 4
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[str, Any]:
+    result = run_cli("check", "--json", *QUICK)
+    assert result.returncode == 0, result.stderr
+    return _report(result)
+
+
+@pytest.mark.slow
+def test_json_report_has_the_documented_keys_and_types(two_ranks: dict[str, Any]) -> None:
+    report = two_ranks
+    assert isinstance(report["ok"], bool)
+    assert isinstance(report["world_size"], int) and report["world_size"] == 2
+    assert isinstance(report["accelerator"], str) and isinstance(report["backend"], str)
+    assert isinstance(report["init_seconds"], float) and report["init_seconds"] > 0
+    for entry in report["checks"]:
+        assert {"name", "ok", "skipped", "detail"} <= set(entry)
+        assert isinstance(entry["name"], str) and isinstance(entry["detail"], str)
+        assert isinstance(entry["ok"], bool) and isinstance(entry["skipped"], bool)
+    for row in report["bandwidth"]:
+        assert {"op", "bytes", "dtype", "time_us", "algbw_gbps", "busbw_gbps"} <= set(row)
+        assert isinstance(row["bytes"], int) and row["dtype"] == "float32"
+        assert all(isinstance(row[k], float) for k in ("time_us", "algbw_gbps", "busbw_gbps"))
+
+
+@pytest.mark.slow
+def test_bandwidth_follows_the_nccl_tests_definitions(two_ranks: dict[str, Any]) -> None:
+    n = two_ranks["world_size"]
+    for row in two_ranks["bandwidth"]:
+        algbw = row["bytes"] / (row["time_us"] * 1e-6) / 1e9
+        assert row["algbw_gbps"] == pytest.approx(algbw, rel=1e-3, abs=1e-6)
+        factor = 2 * (n - 1) / n if row["op"] == "all_reduce" else (n - 1) / n
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factor, rel=1e-3, abs=1e-6)
+        if row["op"] == "all_gather":  # bytes = the total output: whole float32 elements per rank
+            assert row["bytes"] % (4 * n) == 0
+
+
+@pytest.mark.slow
+def test_text_report_shows_each_step_an_aligned_table_and_the_verdict() -> None:
+    result = run_cli("check", *QUICK)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for step in (
+        "[1/4] environment: cpu with gloo",
+        "[2/4] init:",
+        "[3/4] correctness:",
+        "[4/4] bandwidth:",
+    ):
+        assert any(line.startswith(step) for line in lines), step
+    header = next(line for line in lines if "busbw (GB/s)" in line and "size" in line)
+    rows = [
+        line
+        for line in lines
+        if line.strip().startswith(("all_reduce ", "all_gather ")) and "KiB" in line
+    ]
+    assert len(rows) == 8
+    assert {len(row) for row in rows} == {len(header)}  # right-aligned columns end together
+    assert lines[-1].startswith("verdict: PASSED")
+    assert "Traceback" not in result.stderr
+
+
+# -- under a launcher ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "accelbackends",
+            "check",
+            "--json",
+            *QUICK,
+        ],
+        capture_output=True,
+        text=True,
+        env=_child_env(),
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = _report(result)  # one object: the other rank printed nothing
+    assert (report["launcher"], report["world_size"], report["ok"]) == ("torchrun", 2, True)
+
+
+def test_nproc_under_a_launcher_is_bad_input() -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "1"}
+    result = run_cli("check", "--nproc", "2", *QUICK, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "accelbackends: error: --nproc=2 cannot be used under env, which started 1 rank; "
+        "the launcher decides how many ranks run"
+    ]
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def test_forcing_a_backend_the_accelerator_lacks_exits_2_with_one_line() -> None:
+    result = run_cli("check", env={"ACCELBACKENDS_BACKEND": "nccl"})
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "accelbackends: error: ACCELBACKENDS_BACKEND=nccl is not supported by accelerator "
+        "'cpu'; it supports: gloo"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--nproc", "-1"], ["argument --nproc", "'-1'", "integer >= 1"]),
+        (["--nproc", "two"], ["argument --nproc", "'two'", "integer >= 1"]),
+        (["--iters", "0"], ["argument --iters", "'0'", "integer >= 1"]),
+        (["--warmup", "-2"], ["argument --warmup", "'-2'", "integer >= 0"]),
+        (["--max-bytes", "12XB"], ["argument --max-bytes", "'12XB'", "64KiB"]),
+        (["--min-bytes", "0"], ["argument --min-bytes", "'0'", "bytes >= 1"]),
+        (["--timeout", "soon"], ["argument --timeout", "'soon'", "positive number of seconds"]),
+        (
+            ["--min-bytes", "2MiB", "--max-bytes", "1MiB"],
+            ["--min-bytes=2 MiB", "--max-bytes=1 MiB", "--min-bytes <= --max-bytes"],
+        ),
+        (["--plot", "busbw.jpg"], ["--plot=busbw.jpg", ".png, .svg or .pdf"]),
+    ],
+)
+def test_bad_flag_exits_2_naming_the_flag_the_value_and_what_is_accepted(
+    flags: list[str], expected: list[str]
+) -> None:
+    result = run_cli("check", *flags)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for part in expected:
+        assert part in lines[0]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is not None,
+    reason="matplotlib is installed here",
+)
+def test_plot_without_matplotlib_exits_2_saying_how_to_install_it(tmp_path: Path) -> None:
+    result = run_cli("check", "--plot", str(tmp_path / "busbw.png"))
+    assert result.returncode == 2
+    assert "needs matplotlib" in result.stderr and "pip install matplotlib" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="matplotlib is not installed (it is optional)",
+)
+def test_plot_writes_the_image(tmp_path: Path) -> None:
+    target = tmp_path / "busbw.png"
+    result = run_cli("check", "--plot", str(target), *QUICK)
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4096", 4096),
+        ("64KiB", 65536),
+        ("64k", 65536),
+        ("64 KB", 65536),
+        ("1MiB", 1 << 20),
+        ("1.5MiB", 3 << 19),
+        ("1GiB", 1 << 30),
+        ("2b", 2),
+    ],
+)
+def test_sizes_accept_integers_and_binary_units(text: str, expected: int) -> None:
+    assert check.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1", "0", "0.5", "1.2KiB0", "64 XB", "KiB"])
+def test_sizes_reject_what_is_not_a_whole_positive_byte_count(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="64KiB"):
+        check.parse_size(text)
+
+
+def test_bus_bandwidth_factors_are_those_of_nccl_tests() -> None:
+    assert check.bus_bandwidth("all_reduce", 8.0, 4) == pytest.approx(8.0 * 2 * 3 / 4)
+    assert check.bus_bandwidth("all_gather", 8.0, 4) == pytest.approx(8.0 * 3 / 4)
+    assert check.bus_bandwidth("all_reduce", 8.0, 1) == 0.0
+
+
+def test_building_the_parser_and_importing_check_do_not_import_torch() -> None:
+    code = (
+        "import sys, accelbackends.cli as cli; cli._parser(); import accelbackends.check; "
+        "sys.exit('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=_child_env(), check=False)
+    assert result.returncode == 0
+
+
+# -- misbehaving backends (the fake plugin) -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_operation_the_backend_does_not_support_is_skipped_not_passed(fake_comm: Path) -> None:
+    result = run_cli("check", "--json", *QUICK, pythonpath=fake_comm)
+    assert result.returncode == 0, result.stderr
+    report = _report(result)
+    assert (report["accelerator"], report["backend"], report["ok"]) == ("fakecomm", "partial", True)
+    checks = _checks(report)
+    for dtype in check.DTYPES:
+        skipped = checks[f"all_to_all {dtype}"]
+        assert (skipped["ok"], skipped["skipped"]) == (True, True)
+        assert skipped["detail"].startswith("not supported by partial")
+        assert checks[f"all_gather {dtype}"]["skipped"] is False
+    assert sum(c["skipped"] for c in report["checks"]) == 3
+
+
+@pytest.mark.slow
+def test_wrong_values_on_one_rank_fail_naming_the_check_and_the_rank(fake_comm: Path) -> None:
+    result = run_cli("check", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "lying"})
+    assert result.returncode == 1
+    verdict = result.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("verdict: FAILED: all_reduce sum float32 on rank 1, ")
+    assert "3 failed" in verdict  # the sums in each dtype; max, min and the rest still pass
+    assert "FAILED all_reduce sum (float32, bfloat16): rank 1: length 1, element 0" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
+    fake_comm: Path,
+) -> None:
+    started = time.monotonic()
+    result = run_cli(
+        "check", "--json", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "dies"}
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "accelbackends: error: rank 1 of 2 exited with code 3 without reporting a result"
+    ]
+    report = _report(result)  # still exactly one JSON object, saying what happened
+    assert report["ok"] is False and "rank 1 of 2" in report["error"]
+    assert time.monotonic() - started < 60  # not a hang (the limit is generous on purpose)
+
+
+@pytest.mark.slow
+def test_rank_that_hangs_is_stopped_by_the_timeout(fake_comm: Path) -> None:
+    result = run_cli(
+        "check",
+        "--timeout",
+        "2",
+        *QUICK,
+        pythonpath=fake_comm,
+        env={"ACCELBACKENDS_BACKEND": "hangs"},
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "rank 1: check 'broadcast float32' did not finish within 4 s" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "accelbackends: error: rank 1 of 2 exited with code 1 without reporting a result"
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_and_exits_130() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "accelbackends", "check"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_child_env(),
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # interrupt once the ranks are running collectives
+        if line.startswith("[3/4]"):
+            break
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert stderr.strip().splitlines() == ["accelbackends: interrupted"]
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True)
+    assert left.stdout == ""
