@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -63,6 +64,8 @@ class Context:
     reason: str
     selection: Selection = field(repr=False, compare=False)
     cluster: ClusterInfo = field(repr=False, compare=False)
+    #: Wall time of the :func:`init` call that made this context: detection to process group.
+    init_seconds: float = 0.0
 
     @property
     def is_main(self) -> bool:
@@ -137,6 +140,7 @@ def init(
     A second call with compatible arguments returns the same context; an incompatible one is a
     :class:`~accelbackends.errors.ConfigError`. Call :func:`destroy` to start over.
     """
+    started = time.perf_counter()
     registry = registry or default_registry()
     env = registry.env
     timeout_s = _seconds(timeout, "timeout", config.TIMEOUT, env, DEFAULT_TIMEOUT)
@@ -177,7 +181,7 @@ def init(
             "first, or use that process group instead of accelbackends.init()"
         )
     return _initialise(
-        registry, selection, cluster, timeout_s, join_s, seed, seed_per_rank, threads
+        registry, selection, cluster, timeout_s, join_s, seed, seed_per_rank, threads, started
     )
 
 
@@ -217,6 +221,7 @@ def _initialise(
     seed: int | None,
     seed_per_rank: bool,
     threads: int | None,
+    started: float,
 ) -> Context:
     global _state, _generation
     import torch.distributed as dist
@@ -307,6 +312,7 @@ def _initialise(
             reason=selection.reason,
             selection=selection,
             cluster=cluster,
+            init_seconds=time.perf_counter() - started,
         )
         _state = _State(context, rendezvous)
         registry.post_init(context)
