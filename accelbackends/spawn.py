@@ -213,6 +213,11 @@ def spawn(
             "a registry holds loaded plugin modules and cannot be pickled"
         )
     context: Any = multiprocessing.get_context(method)
+    if method == "fork":
+        # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on
+        # 2 cores start in about 1 s instead of 13 s). Importing torch initialises no device
+        # runtime, so forking afterwards stays safe.
+        import torch.distributed  # noqa: F401
     workdir = tempfile.mkdtemp(prefix="accelbackends-spawn-")  # mode 0700: this user only
     server = LocalStoreServer(os.path.join(workdir, "store.sock"))
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
