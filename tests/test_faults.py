@@ -1,0 +1,130 @@
+"""Stopping `accelbackends check` from outside, and many ranks: nothing may be left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+#: Every process of one run carries this variable (forked ranks inherit the environment), so
+#: survivors can be found in /proc after the run.
+MARKER = "ABTEST_RUN"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"{MARKER}={marker}".encode() in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _start_long_check(marker: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env[MARKER] = marker
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accelbackends",
+            "check",
+            "--min-bytes",
+            "32MiB",
+            "--max-bytes",
+            "64MiB",
+            "--iters",
+            "200",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for_line(process: subprocess.Popen[str], fragment: str, limit: float) -> None:
+    assert process.stdout is not None
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if fragment in line:
+            return
+        if not line and process.poll() is not None:
+            break
+    pytest.fail(f"'{fragment}' never appeared; exit {process.poll()}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
+)
+def test_signal_to_check_stops_every_rank_and_exits_with_the_signals_code(
+    signum: int, code: int
+) -> None:
+    marker = uuid.uuid4().hex
+    process = _start_long_check(marker)
+    try:
+        _wait_for_line(process, "[4/4] bandwidth", limit=120)
+        assert len(_processes_with(marker)) >= 3  # the parent and its two ranks
+        signalled = time.monotonic()
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=30)
+        stopped_after = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr
+    assert stopped_after < 10
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def test_sixteen_ranks_initialise_pass_the_correctness_suite_and_exit_cleanly() -> None:
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env[MARKER] = marker
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelbackends",
+            "check",
+            "--nproc",
+            "16",
+            "--max-bytes",
+            "4KiB",
+            "--iters",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["world_size"] == 16
+    assert all(check["ok"] or check["skipped"] for check in report["checks"])
+    assert _processes_with(marker) == []
