@@ -96,6 +96,10 @@ def accelbackends_backend_options(
     (``@hookimpl(wrapper=True)``), takes the result of ``yield`` and returns its adjusted copy
     (``dataclasses.replace(result, ...)``).
 
+    A :class:`~accelbackends.errors.ConfigError` raised here (say, a malformed policy file)
+    reaches the user as bad input; any other exception becomes a
+    :class:`~accelbackends.errors.PluginError` naming the plugin.
+
     :return: A :class:`~accelbackends.spec.BackendOptions`, or None to leave it to the next.
 
     Stops at first non-None result.

@@ -9,12 +9,14 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import accelbackends
 from accelbackends import accelerators
+from accelbackends import registry as _registry
 
 #: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
 BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)
@@ -48,9 +50,25 @@ _LAUNCHER_VARS = (
 )
 
 
+#: Plugins installed in the environment before the tests started (e.g. the packages in plugins/):
+#: hidden from in-process registries, so that a test sees only the plugins it installs itself.
+_PREINSTALLED = frozenset(
+    (ep.name, ep.value) for ep in metadata.entry_points(group=_registry.ENTRY_POINT_GROUP)
+)
+
+
+def _entry_points_of_this_test() -> list[metadata.EntryPoint]:
+    return [
+        ep
+        for ep in metadata.entry_points(group=_registry.ENTRY_POINT_GROUP)
+        if (ep.name, ep.value) not in _PREINSTALLED
+    ]
+
+
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts without launcher or ACCELBACKENDS_* variables and a fresh registry."""
+    monkeypatch.setattr(_registry, "_entry_points", _entry_points_of_this_test)
     for key in list(os.environ):
         if key.startswith(_LAUNCHER_PREFIXES) or key in _LAUNCHER_VARS:
             monkeypatch.delenv(key)

@@ -403,3 +403,17 @@ def test_options_hook_failure_is_attributed_to_its_plugin_and_nothing_is_initial
     ):
         accelbackends.init(registry=registry)
     assert not dist.is_initialized() and not accelbackends.is_initialized()
+
+
+class _StrictPolicy:
+    @accelbackends.hookimpl(wrapper=True)
+    def accelbackends_backend_options(self, accelerator, options, cluster):  # type: ignore[no-untyped-def]
+        yield
+        raise ConfigError("site.toml: min_timeout='soon' is not a number of seconds")
+
+
+def test_config_error_from_the_options_hook_stays_a_config_error() -> None:
+    registry = Registry(env={}, plugins=[("strict", _StrictPolicy())])
+    with pytest.raises(ConfigError, match=r"site.toml: min_timeout='soon'"):
+        accelbackends.init(registry=registry)
+    assert not dist.is_initialized()

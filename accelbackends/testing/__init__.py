@@ -7,15 +7,35 @@
   XPU build of torch) with their package metadata, activated in child processes through
   ``PYTHONPATH``; they register their backend names over Gloo.
 - :func:`launch_ranks` and ``python -m accelbackends.testing.rank``: real multi-process runs.
+- :class:`InlinePlugin`, :func:`fake_accelerator`, :func:`install_distribution`: plugins built
+  in a test, and installed for real (``*.dist-info`` with entry points).
+- :func:`launcher_env` and :func:`clean_environment`: the variables a launcher sets for one
+  rank, and an environment without any.
+- :mod:`accelbackends.testing.pytest_plugin`: all of the above as pytest fixtures, loaded by
+  pytest through the ``pytest11`` entry point (not imported here: no pytest needed).
 
 Nothing here imports torch until a multi-process run starts.
 """
 
 from __future__ import annotations
 
+from .cluster import LAUNCHERS, clean_environment, launcher_env
 from .nvml import FakeGpu
+from .plugins import InlinePlugin, fake_accelerator, install_distribution
 from .ranks import RankResult, launch_ranks
 from .stack import FakeStack
 from .tree import FakeTree
 
-__all__ = ["FakeGpu", "FakeStack", "FakeTree", "RankResult", "launch_ranks"]
+__all__ = [
+    "LAUNCHERS",
+    "FakeGpu",
+    "FakeStack",
+    "FakeTree",
+    "InlinePlugin",
+    "RankResult",
+    "clean_environment",
+    "fake_accelerator",
+    "install_distribution",
+    "launch_ranks",
+    "launcher_env",
+]

@@ -68,9 +68,12 @@ class FakeStack:
         self._copy("intel_extension_for_pytorch")
         return self.installed("intel_extension_for_pytorch", version, "intel_extension_for_pytorch")
 
-    def torch_npu(self, *, version: str = "2.6.0") -> FakeStack:
-        """Ascend's ``torch_npu``, which registers its own backend named ``hccl``."""
+    def torch_npu(self, *, version: str = "2.6.0", devices: int = 2) -> FakeStack:
+        """Ascend's ``torch_npu``, finding ``devices`` NPUs: like the real package on import, it
+        names torch's PrivateUse1 device ``npu``, registers ``torch.npu``, and registers its own
+        backend named ``hccl`` (over Gloo)."""
         self._copy("torch_npu")
+        self.variables[runtime.NPU_DEVICES] = str(devices)
         return self.installed("torch_npu", version, "torch_npu")
 
     def xpu_torch(

@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "HPU_DEVICES",
+    "NPU_DEVICES",
     "XCCL",
     "XPU_DEVICES",
     "gloo",
@@ -36,6 +37,8 @@ __all__ = [
 
 #: How many Gaudi modules the fake habana_frameworks reports.
 HPU_DEVICES = "FAKESTACK_HPU_DEVICES"
+#: How many Ascend NPUs the fake torch_npu finds on the node (before ASCEND_RT_VISIBLE_DEVICES).
+NPU_DEVICES = "FAKESTACK_NPU_DEVICES"
 #: How many XPUs the fake XPU torch build reports (unset: torch is left alone).
 XPU_DEVICES = "FAKESTACK_XPU_DEVICES"
 #: ``1``: the fake XPU torch build has ``xccl`` built in.

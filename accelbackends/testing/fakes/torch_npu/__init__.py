@@ -1,15 +1,27 @@
-"""Fake ``torch_npu`` (Huawei Ascend): registers a backend named ``hccl`` for the ``npu`` device,
-as the real package does, which replaces Habana's registration of the same name. Test code
-only."""
+"""Fake ``torch_npu`` (Huawei Ascend). Test code only.
+
+On import it does what the real package does to torch: names the PrivateUse1 device ``npu``,
+registers :mod:`torch_npu.npu` as ``torch.npu``, and registers a backend named ``hccl`` for the
+``npu`` device, which replaces Habana's registration of the same name. The process groups it
+creates are Gloo, so collectives really run between the ranks, on CPU tensors.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from accelbackends.testing.fakes.runtime import gloo
+
+from . import npu
+
+if torch._C._get_privateuse1_backend_name() != "npu":
+    torch.utils.rename_privateuse1_backend("npu")
+if not hasattr(torch, "npu"):
+    torch._register_device_module("npu", npu)
 
 
 def _create_process_group_hccl(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
@@ -17,3 +29,5 @@ def _create_process_group_hccl(store: Any, rank: int, size: int, timeout: timede
 
 
 dist.Backend.register_backend("hccl", _create_process_group_hccl, devices=["npu"])
+
+__all__ = ["npu"]

@@ -1,0 +1,171 @@
+"""The fast probe: device nodes, driver files and package metadata; no torch, no torch_npu.
+
+The Ascend driver creates one ``/dev/davinci<N>`` node per NPU and three control nodes that
+every process using an NPU opens as well: ``/dev/davinci_manager``, ``/dev/devmm_svm`` (shared
+virtual memory) and ``/dev/hisi_hdc`` (host-device communication). A container needs all of
+them passed in (``docker run --device ...``); the NPU nodes alone are not enough.
+
+The driver's install path is recorded in ``/etc/ascend_install.info``
+(``Driver_Install_Path_Param=...``, ``/usr/local/Ascend`` by default), and its release in
+``<install path>/driver/version.info`` (``Version=...``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import accelbackends
+
+from .visible import VARIABLE, parse_visible
+
+__all__ = [
+    "CONTROL_NODES",
+    "HABANA",
+    "TORCH_NPU",
+    "Devices",
+    "detect",
+    "driver_version",
+    "find_devices",
+    "installed",
+    "verdict",
+]
+
+#: The distribution that provides ``torch_npu`` (spelled ``torch-npu`` or ``torch_npu``).
+TORCH_NPU = "torch_npu"
+#: Habana's distribution, which registers its own ``hccl``.
+HABANA = "habana-torch-plugin"
+#: Control nodes the Ascend runtime opens besides the NPU's own node.
+CONTROL_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+_INSTALL_INFO = "/etc/ascend_install.info"
+_DEFAULT_INSTALL_PATH = "/usr/local/Ascend"
+_NPU_NODE = re.compile(r"davinci(\d+)")
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The NPU device nodes found (by device ID) and the control nodes that are missing."""
+
+    ids: tuple[int, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
+def find_devices(probe: accelbackends.Probe) -> Devices:
+    try:
+        names = [entry.name for entry in probe.path("/dev").iterdir()]
+    except OSError:
+        names = []
+    ids = sorted(int(m.group(1)) for name in names if (m := _NPU_NODE.fullmatch(name)))
+    missing = tuple(node for node in CONTROL_NODES if not _exists(probe.path(node)))
+    return Devices(tuple(ids), missing)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def _keyed(path: Path) -> dict[str, str]:
+    """``key=value`` lines of a driver info file; empty where it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    pairs = (line.partition("=") for line in text.splitlines())
+    return {key.strip(): value.strip() for key, sep, value in pairs if sep and key.strip()}
+
+
+def driver_version(probe: accelbackends.Probe) -> str | None:
+    """The installed Ascend driver's release (``24.1.rc1``), or None where none is recorded."""
+    install = _keyed(probe.path(_INSTALL_INFO)).get("Driver_Install_Path_Param")
+    base = install or _DEFAULT_INSTALL_PATH
+    return _keyed(probe.path(f"{base.rstrip('/')}/driver/version.info")).get("Version") or None
+
+
+def installed(name: str, probe: accelbackends.Probe) -> str | None:
+    """``name version`` of an installed distribution, from its metadata; None when absent."""
+    paths = list(sys.path if probe.packages is None else probe.packages)
+    for dist in metadata.distributions(name=name, path=paths):
+        return f"{dist.metadata['Name'] or name} {dist.version}"
+    return None
+
+
+def _plural(count: int) -> str:
+    return "1 Ascend NPU" if count == 1 else f"{count} Ascend NPUs"
+
+
+def verdict(
+    devices: Devices,
+    driver: str | None,
+    torch_npu: str | None,
+    habana: str | None,
+    env: Mapping[str, str],
+) -> accelbackends.Detection:
+    """The detection verdict from what the probe found, with a reason that says what to do."""
+    driver_note = f"driver {driver}" if driver else "no driver version.info found"
+    if not devices.ids:
+        reason = "no Ascend NPU (no /dev/davinci<N> device nodes)"
+        if driver:
+            reason += (
+                f"; the Ascend driver {driver} is installed, but no NPU node is visible here "
+                "(not passed into this container?)"
+            )
+        if torch_npu:
+            reason += f"; {torch_npu} is installed, but there is no NPU for it"
+        return accelbackends.Detection(False, 0, reason)
+    found = f"{_plural(len(devices.ids))} as /dev/davinci* device nodes ({driver_note})"
+    if devices.missing:
+        return accelbackends.Detection(
+            False,
+            0,
+            f"{found}, but {', '.join(devices.missing)} "
+            f"{'is' if len(devices.missing) == 1 else 'are'} missing: the Ascend runtime opens "
+            f"{', '.join(CONTROL_NODES)} besides the NPU's own node; pass them into the "
+            "container too",
+        )
+    if torch_npu is None:
+        return accelbackends.Detection(
+            False,
+            0,
+            f"{found}, but torch_npu is not installed — install torch-npu, the release that "
+            "matches your torch and CANN versions",
+        )
+    reason = f"{found}; {torch_npu}"
+    if habana:
+        reason += (
+            f"; {habana} (Habana) is installed too and registers the same backend name "
+            "'hccl': init() checks that torch_npu's is the one in use"
+        )
+    try:
+        visible = parse_visible(env)
+    except accelbackends.ConfigError as exc:
+        return accelbackends.Detection(
+            True, len(devices.ids), f"{reason}; but {exc} (init() will refuse it)"
+        )
+    if visible is None:
+        return accelbackends.Detection(True, len(devices.ids), reason)
+    shown = [i for i in visible if i < len(devices.ids)]
+    reason += f"; {VARIABLE}={env[VARIABLE]!r} shows {len(shown)}"
+    if len(shown) < len(visible):
+        reason += (
+            f" (IDs {', '.join(str(i) for i in visible if i >= len(devices.ids))} do not exist: "
+            f"this node's NPUs are 0 to {len(devices.ids) - 1})"
+        )
+    return accelbackends.Detection(bool(shown), len(shown), reason)
+
+
+def detect(probe: accelbackends.Probe) -> accelbackends.Detection:
+    """The fast probe of the ``npu`` accelerator (see the module's docstring)."""
+    return verdict(
+        find_devices(probe),
+        driver_version(probe),
+        installed(TORCH_NPU, probe),
+        installed(HABANA, probe),
+        probe.env,
+    )
