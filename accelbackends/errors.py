@@ -23,8 +23,8 @@ __all__ = [
 ]
 
 
-#: The source location torch's C++ errors start with, e.g. "[/__w/pytorch/.../pair.cc:537] ".
-_CPP_LOCATION = re.compile(r"^\[[^\]\s]+\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*")
+#: The source location torch puts in its C++ errors, e.g. "[/__w/pytorch/.../pair.cc:537] ".
+_CPP_LOCATION = re.compile(r"\[[^\]\s]+\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*")
 
 
 def first_line(exc: BaseException) -> str:

@@ -335,9 +335,8 @@ def _collect(
         first = failures[0][1]
         others = sorted({e.rank for _, e in failures[1:]} - {first.rank})
         if others:
-            first.args = (
-                f"{first.args[0]}\n\n(ranks {', '.join(map(str, others))} failed after it)",
-            )
+            which = f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
+            first.args = (f"{first.args[0]}\n\n({which} failed after it)",)
         raise first
     return [results[rank] for rank in sorted(results)]
 

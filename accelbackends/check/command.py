@@ -1,0 +1,106 @@
+"""``accelbackends check`` itself: validate the flags and the selection, start the ranks
+(standalone) or join the ranks a launcher started, print the report, return the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..cli import EXIT_FAILED, EXIT_OK
+from ..errors import AccelBackendsError, ConfigError, SpawnError, first_line
+from .options import Options, check_memory, parse_options
+from .rank import run_rank
+from .report import environment, error_report, plot, print_json, verdict
+from .text import plural, say
+
+if TYPE_CHECKING:
+    from ..selection import Selection
+    from ..spec import ClusterInfo
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """``accelbackends check``; returns the exit code, raises errors for the CLI to report."""
+    from ..registry import default_registry
+    from ..selection import select
+
+    registry = default_registry()
+    options = parse_options(args, registry.env)
+    # The whole selection is validated here, before any rank starts: a wrong override is exit 2
+    # with one line, not one traceback per rank.
+    selection = select(registry=registry)
+    cluster = registry.cluster_environment()
+    device_type = selection.spec.device_type
+    if cluster.launcher != "single":
+        if args.nproc is not None:
+            raise ConfigError(
+                f"--nproc={args.nproc} cannot be used under {cluster.launcher}, which started "
+                f"{cluster.world_size} {plural(cluster.world_size, 'rank')}; the launcher "
+                "decides how many ranks run"
+            )
+        check_memory(options, device_type, cluster.local_world_size)
+        return _join_launcher(options, selection, cluster)
+    nproc = args.nproc or _default_nproc(selection)
+    check_memory(options, device_type, nproc)
+    return _standalone(options, selection, nproc)
+
+
+def _default_nproc(selection: Selection) -> int:
+    if selection.spec.device_type == "cpu":
+        return 2
+    return max(1, selection.status.detection.device_count)
+
+
+def _standalone(options: Options, selection: Selection, nproc: int) -> int:
+    from ..spawn import spawn
+
+    if not options.json:
+        say(environment(selection, nproc, nproc, "spawn"))
+    sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
+    started = time.time()
+    try:
+        results = spawn(
+            run_rank,
+            nproc,
+            args=(options, started, "start, "),
+            timeout=options.timeout,
+            rendezvous_timeout=options.rendezvous_timeout,
+        )
+    except SpawnError as exc:
+        if options.json:
+            print_json(error_report(selection, nproc, exc))
+        raise AccelBackendsError(first_line(exc)) from exc
+    return _finish(results[0], options)
+
+
+def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
+    from ..lifecycle import distributed
+
+    if cluster.rank == 0 and not options.json:
+        say(environment(selection, cluster.world_size, cluster.local_world_size, cluster.launcher))
+    started = time.time()
+    with distributed(timeout=options.timeout, rendezvous_timeout=options.rendezvous_timeout) as ctx:
+        report = run_rank(ctx, options, started, "")
+    if ctx.rank != 0:
+        return _exit_code(report)
+    return _finish(report, options)
+
+
+def _finish(report: dict[str, Any], options: Options) -> int:
+    if options.plot:
+        plot(Path(options.plot), report)
+    if options.json:
+        print_json(report)
+    else:
+        say(verdict(report))
+        if options.plot:
+            say(f"plot: busbw against size written to {options.plot}")
+    return _exit_code(report)
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    return EXIT_OK if report["ok"] else EXIT_FAILED

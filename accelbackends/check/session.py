@@ -1,0 +1,172 @@
+"""One rank's session: the control group that carries the run's own traffic, and the agreement
+after every check and size on whether the backend under test may still be used.
+
+The traffic that organises the run (verdicts, timings, agreeing whether to go on) travels over a
+separate Gloo group where the backend under test is not Gloo, so a backend that corrupts data
+cannot corrupt its own report.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+
+from ..errors import AccelBackendsError, describe
+from .results import Result, merge
+from .text import say
+from .watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from ..lifecycle import Context
+    from .options import Options
+
+__all__ = [
+    "COMPLETED",
+    "RAISED",
+    "UNSUPPORTED",
+    "Attempt",
+    "Session",
+    "control_group",
+    "max_over_ranks",
+]
+
+_T = TypeVar("_T")
+
+# Outcomes of one call on one rank, ordered so that the maximum over the ranks is the worst.
+COMPLETED, UNSUPPORTED, RAISED = 0, 1, 2
+
+_UNSUPPORTED = re.compile(
+    r"not supported|unsupported|does not support|not implemented|no support", re.IGNORECASE
+)
+
+
+def control_group(ctx: Context, timeout: float) -> Any:
+    """A Gloo group for the run's own traffic where the backend under test is something else.
+
+    Its timeout is twice the collective timeout: a rank whose call failed at once waits here
+    while another rank's call still runs into the backend's timeout.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if ctx.backend == "gloo" or not dist.is_gloo_available():
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=2 * timeout))
+
+
+def max_over_ranks(ctx: Context, control: Any, values: Sequence[float]) -> list[float]:
+    """The elementwise maximum of ``values`` over the ranks, through ``control``."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor(list(values), dtype=torch.float64)
+    if control is None and ctx.device.type != "cpu":
+        # The default group may reach only the device; not every device backend has float64.
+        tensor = tensor.to(device=ctx.device, dtype=torch.float32)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=control)
+    return [float(v) for v in tensor.cpu().tolist()]
+
+
+def _is_unsupported(exc: Exception) -> bool:
+    """Whether the backend says it does not implement the call, rather than failing it."""
+    return isinstance(exc, NotImplementedError) or bool(_UNSUPPORTED.search(str(exc)))
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[_T]):
+    """One call to the backend under test on this rank, and what the ranks agreed after it."""
+
+    outcome: int  # COMPLETED, UNSUPPORTED or RAISED, on this rank
+    value: _T | None  # what the call returned, where it completed
+    error: str  # ``Type: message``, where it did not
+    go_on: bool  # whether the backend under test may still be used
+
+
+@dataclass
+class Session:
+    """One rank's run: its context, its control group, its watchdog, and whether to go on."""
+
+    ctx: Context
+    options: Options
+    control: Any  # the process group for the run's own traffic (None: the default group)
+    watchdog: Watchdog
+    #: Set when the ranks may no longer agree on the next collective (a call raised on some
+    #: ranks only, or ran into the timeout): nothing more is sent over the backend under test.
+    stopped: str = ""
+
+    def say(self, text: str) -> None:
+        """Print on rank 0, unless the report is JSON."""
+        if self.ctx.rank == 0 and not self.options.json:
+            say(text)
+
+    def attempt(self, call: Callable[[], _T], *, step: str, what: str) -> Attempt[_T]:
+        """Run ``call`` under the watchdog as ``step``, then agree on its outcome (see
+        :meth:`agree`; ``what`` names it there)."""
+        began = time.monotonic()
+        value: _T | None = None
+        error = ""
+        with self.watchdog.step(step):
+            try:
+                value = call()
+                outcome = COMPLETED
+            except Exception as exc:
+                error = describe(exc)
+                outcome = UNSUPPORTED if _is_unsupported(exc) else RAISED
+        go_on = self.agree(outcome, time.monotonic() - began, what)
+        return Attempt(outcome, value, error, go_on)
+
+    def agree(self, outcome: int, seconds: float, what: str) -> bool:
+        """After each check or size: whether the backend under test may still be used (True)
+        or not (False, and ``stopped`` says why).
+
+        A call that raised on *every* rank quickly (a dtype the backend rejects) leaves the ranks
+        in step, so the run goes on; one that raised on some ranks only, or ran into the
+        timeout, may not, and every rank stops using the backend under test at the same point.
+        """
+        with self.watchdog.step(f"agreeing on the outcome of {what}"):
+            try:
+                worst, negated_best, slowest = max_over_ranks(
+                    self.ctx, self.control, [outcome, -outcome, seconds]
+                )
+            except Exception as exc:
+                self._lost_contact(f"agreeing on the outcome of {what}", exc)
+        best = -negated_best
+        if worst == RAISED and best != RAISED:
+            self.stopped = (
+                f"{what} raised on some ranks only (they may disagree on what comes next)"
+            )
+        elif worst == RAISED and slowest >= self.options.timeout / 2:
+            self.stopped = (
+                f"{what} raised after {slowest:.0f} s (--timeout {self.options.timeout:g})"
+            )
+        return not self.stopped
+
+    def gather(self, local: list[Result], what: str) -> list[Result]:
+        """Every rank's verdicts, merged: a check passed only where it passed on every rank."""
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self.ctx.world_size
+        with self.watchdog.step(f"gathering the {what} results"):
+            try:
+                mine = [(r.name, r.status, r.detail) for r in local]
+                dist.all_gather_object(gathered, mine, group=self.control)
+            except Exception as exc:
+                self._lost_contact(f"gathering the {what} results", exc)
+        return merge(gathered)
+
+    def _lost_contact(self, doing: str, exc: Exception) -> NoReturn:
+        """The run's own traffic failed: another rank is gone or stuck.
+
+        Fails at once: spawn() dates a rank that died without reporting back by ``DEATH_LEAD``,
+        so the dead rank is named rather than this one (torchrun, too, names the rank that
+        exited first).
+        """
+        after = f" after {self.stopped}" if self.stopped else ""
+        raise AccelBackendsError(
+            f"rank {self.ctx.rank} lost contact with the other ranks while {doing}{after} "
+            f"({describe(exc)})"
+        ) from exc
