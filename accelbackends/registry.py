@@ -332,8 +332,10 @@ class Registry:
         hook = self.pm.hook.accelbackends_backend_options
         try:
             result = hook(accelerator=accelerator, options=options, cluster=cluster)
-        except ConfigError:
-            raise  # a policy plugin's verdict on bad configuration: bad input, exit 2
+        except ConfigError as exc:
+            # A policy plugin's verdict on bad configuration: bad input (exit 2), still named.
+            culprit = _culprit(hook, exc)
+            raise ConfigError(f"plugin {culprit!r}: {exc}" if culprit else str(exc)) from exc
         except Exception as exc:
             raise self._hook_error(hook, exc, "adjusting the backend options") from exc
         if not isinstance(result, BackendOptions):

@@ -83,10 +83,12 @@ def test_a_bad_policy_fails_init_naming_the_plugin_the_file_and_the_key(
 ) -> None:
     site_policy.write_text("min_timeout = 0\n")
     registry = accelbackends_registry({"ACCELBACKENDS_PLUGINS": NAME}, autoload=True)
-    with pytest.raises(accelbackends.PluginError) as error:
+    # Bad configuration is bad input (a ConfigError: exit 2 on the command line), and the
+    # message still names the plugin, the file and the key.
+    with pytest.raises(accelbackends.ConfigError) as error:
         accelbackends.init(registry=registry)
     assert str(error.value) == (
-        f"plugin {NAME!r} failed while adjusting the backend options: ConfigError: site policy "
+        f"plugin {NAME!r}: site policy "
         f"{site_policy}: min_timeout = 0 is not valid; use a positive number of seconds, e.g. 900"
     )
     assert not accelbackends.is_initialized()
@@ -102,8 +104,9 @@ def test_a_job_on_a_backend_the_site_forbids_is_refused_before_the_process_group
         autoload=True,
         plugins={"fake": InlinePlugin(accelerator)},
     )
-    with pytest.raises(accelbackends.PluginError) as error:
+    with pytest.raises(accelbackends.ConfigError) as error:
         accelbackends.init(registry=registry)
+    assert str(error.value).startswith(f"plugin {NAME!r}: site policy:")
     assert "accelerator 'fakeaccel' must use backend 'fakeccl' on this site" in str(error.value)
     assert "but this job would use 'gloo'" in str(error.value)
     assert not accelbackends.is_initialized()
