@@ -32,6 +32,7 @@ from typing import Any
 
 from .errors import ConfigError, SpawnError
 from .localstore import LocalStoreServer
+from .selection import select
 from .spec import ClusterInfo
 
 __all__ = ["spawn"]
@@ -212,6 +213,13 @@ def spawn(
             f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
             "a registry holds loaded plugin modules and cannot be pickled"
         )
+    # Select here, once: a bad accelerator or backend fails now, in this process, instead of in
+    # every rank; and forked ranks inherit the loaded plugins and the detection results.
+    select(
+        init_options.get("accelerator"),
+        init_options.get("backend"),
+        registry=init_options.get("registry"),
+    )
     context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on

@@ -84,9 +84,10 @@ def test_init_options_are_forwarded_to_every_rank() -> None:
     assert accelbackends.spawn(timeouts, 2, timeout=77) == [77.0, 77.0]
 
 
-def test_bad_init_option_fails_every_rank_with_the_message() -> None:
-    with pytest.raises(SpawnError, match=r"raised SelectionError: backend='nccl' is not supported"):
+def test_bad_selection_fails_in_the_parent_before_any_rank_starts() -> None:
+    with pytest.raises(accelbackends.SelectionError, match=r"backend='nccl' is not supported"):
         accelbackends.spawn(_all_reduce, 2, args=(1.0,), backend="nccl")
+    assert multiprocessing.active_children() == []
 
 
 @pytest.mark.parametrize(
