@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .lifecycle import Context, destroy, distributed, init, is_initialized
     from .registry import PluginInfo, Registry, default_registry, reset
     from .selection import Selection, detect, select
-    from .spawn import spawn
+    from .spawning import spawn
     from .spec import (
         AcceleratorSpec,
         AcceleratorStatus,
@@ -53,7 +53,7 @@ _EXPORTS = {
     "distributed": "lifecycle",
     "is_initialized": "lifecycle",
     "Context": "lifecycle",
-    "spawn": "spawn",
+    "spawn": "spawning",
     "Registry": "registry",
     "PluginInfo": "registry",
     "default_registry": "registry",

@@ -158,3 +158,15 @@ def test_seed_is_identical_on_every_rank_unless_offset_per_rank() -> None:
     offset = accelbackends.spawn(_draw, 2, seed=7, seed_per_rank=True)
     assert offset[0] == same[0]  # rank 0's offset is 0
     assert all(a != b for a, b in zip(offset[0], offset[1], strict=True))
+
+
+def test_the_spawn_function_survives_an_import_of_its_module() -> None:
+    import importlib
+
+    importlib.import_module("accelbackends.spawning")
+    assert callable(accelbackends.spawn)
+    assert accelbackends.spawn(_rank_only, 1) == [0]
+
+
+def _rank_only(ctx: accelbackends.Context) -> int:
+    return ctx.rank

@@ -56,7 +56,7 @@ def _default_nproc(selection: Selection) -> int:
 
 
 def _standalone(options: Options, selection: Selection, nproc: int) -> int:
-    from ..spawn import spawn
+    from ..spawning import spawn
 
     if not options.json:
         say(environment(selection, nproc, nproc, "spawn"))

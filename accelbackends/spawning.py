@@ -37,6 +37,9 @@ from .spec import ClusterInfo
 
 __all__ = ["spawn"]
 
+# This module is not called ``spawn``: importing a submodule sets it as an attribute of the
+# package, and ``accelbackends.spawn`` must stay the function.
+
 #: After one rank fails, how long the others get to exit on SIGTERM before SIGKILL.
 TERMINATE_GRACE = 3.0
 #: After the first failure, how long to wait for other ranks' reports to find the earliest one.
