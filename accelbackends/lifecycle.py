@@ -28,7 +28,7 @@ from .errors import (
 )
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .registry import Registry, default_registry
-from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, meet
+from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, host_early, meet
 from .selection import Selection, select
 from .spec import BackendOptions, BindRequest, ClusterInfo, OptionsRequest
 
@@ -169,7 +169,6 @@ def init(
             threads=threads,
         )
 
-    selection = select(accelerator, backend, registry=registry)
     cluster = cluster or registry.cluster_environment()
 
     import torch.distributed as dist
@@ -180,8 +179,19 @@ def init(
             f"(backend {dist.get_backend()}); call torch.distributed.destroy_process_group() "
             "first, or use that process group instead of accelbackends.init()"
         )
+    server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
+    selection = select(accelerator, backend, registry=registry)
     return _initialise(
-        registry, selection, cluster, timeout_s, join_s, seed, seed_per_rank, threads, started
+        registry,
+        selection,
+        cluster,
+        timeout_s,
+        join_s,
+        seed,
+        seed_per_rank,
+        threads,
+        started,
+        server,
     )
 
 
@@ -222,6 +232,7 @@ def _initialise(
     seed_per_rank: bool,
     threads: int | None,
     started: float,
+    server: Any | None,
 ) -> Context:
     global _state, _generation
     import torch.distributed as dist
@@ -268,7 +279,7 @@ def _initialise(
         os.environ[GLOO_INTERFACE] = interface
 
     _generation += 1
-    rendezvous = meet(cluster, join_timeout=join_s, generation=_generation)
+    rendezvous = meet(cluster, join_timeout=join_s, generation=_generation, server=server)
     try:
         rendezvous.raw.set_timeout(options.timeout)
         extra: dict[str, Any] = {}

@@ -20,7 +20,13 @@ from . import config
 from .errors import RendezvousError, RendezvousWarning, first_line
 from .spec import ClusterInfo
 
-__all__ = ["DEFAULT_RENDEZVOUS_TIMEOUT", "Rendezvous", "host_loopback_store", "meet"]
+__all__ = [
+    "DEFAULT_RENDEZVOUS_TIMEOUT",
+    "Rendezvous",
+    "host_early",
+    "host_loopback_store",
+    "meet",
+]
 
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
 _KEY = "accelbackends"
@@ -103,8 +109,31 @@ def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
     return outcome["store"]
 
 
-def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rendezvous:
-    """Connect to (or host) the store and wait until all ``world_size`` ranks have joined."""
+def host_early(cluster: ClusterInfo, join_timeout: float) -> Any | None:
+    """Rank 0's TCP store, started before anything else in ``init()``, or None where this rank
+    hosts none.
+
+    The other ranks connect as soon as they are ready; a client that finds nobody listening
+    backs off and retries, and comes back 0.4 to 0.6 s later (torch 2.13) even when rank 0 was
+    ready a few milliseconds after it. Listening before detection and binding keeps the ranks
+    that are quicker than rank 0 from falling into that back-off."""
+    if (
+        cluster.rank != 0
+        or cluster.world_size == 1
+        or cluster.store_hosted
+        or cluster.store_socket is not None
+        or not cluster.master_addr
+        or cluster.master_port is None
+    ):
+        return None
+    return _server(cluster, timedelta(seconds=join_timeout))
+
+
+def meet(
+    cluster: ClusterInfo, *, join_timeout: float, generation: int, server: Any | None = None
+) -> Rendezvous:
+    """Connect to (or host) the store and wait until all ``world_size`` ranks have joined.
+    ``server`` is rank 0's store if :func:`host_early` already started it."""
     import torch.distributed as dist
 
     if cluster.store_socket is not None:
@@ -139,7 +168,9 @@ def meet(cluster: ClusterInfo, *, join_timeout: float, generation: int) -> Rende
         )
     timeout = timedelta(seconds=join_timeout)
     deadline = time.monotonic() + join_timeout
-    if cluster.rank == 0 and not cluster.store_hosted:
+    if server is not None:
+        raw = server
+    elif cluster.rank == 0 and not cluster.store_hosted:
         raw = _server(cluster, timeout)
     else:
         raw = _client(cluster, timeout)
