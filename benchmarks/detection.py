@@ -1,0 +1,182 @@
+"""Time to know the accelerator and backend, cold process: accelbackends vs import torch and peers.
+
+Every command runs as a fresh process, in rounds whose order rotates (so load drift hits all
+alike), after one warm-up round; the figures are medians of wall time and of the child's peak
+resident memory (from ``wait4``). ``accelbackends info --json`` answers the whole question
+(plugins, detection, selection, cluster) without importing torch; the reference is what every
+framework pays first, ``python -c "import torch"``. The peers run in their own environment
+(``python -m benchmarks peers`` builds it; ``--no-peers`` leaves them out).
+
+Goals: info >= 10x faster than import torch, peak memory <= 1/5 of it; stretch: >= 15x faster
+than ``accelerate env``.
+
+Usage: ``python -m benchmarks detection [--repeats 7] [--no-peers] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from . import peers
+from ._common import (
+    ChildRun,
+    Goal,
+    add_common_arguments,
+    clean_env,
+    draw,
+    interleaved,
+    mib,
+    ms,
+    report,
+    say,
+    table,
+    write_results,
+)
+
+INFO = "accelbackends info --json"
+SELECT = "accelbackends.select()"
+TORCH = 'python -c "import torch"'
+BARE = "python -c pass"
+ACCELERATE = "accelerate env"
+
+_SELECT = "import accelbackends as a; s = a.select(); print(s.accelerator, s.backend)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser, "detection")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds (default 7)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    parser.add_argument(
+        "--no-peers", action="store_true", help="leave out the peers (no venv needed)"
+    )
+
+
+def _console_script() -> list[str]:
+    script = Path(sys.executable).parent / "accelbackends"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "accelbackends"]
+
+
+def commands(with_peers: bool) -> dict[str, list[str]]:
+    found = {
+        BARE: [sys.executable, "-c", "pass"],
+        INFO: [*_console_script(), "info", "--json"],
+        SELECT: [sys.executable, "-c", _SELECT],
+        TORCH: [sys.executable, "-c", "import torch"],
+    }
+    if with_peers:
+        for peer in peers.available():
+            found[peer.name] = peers.argv(peer)
+    return found
+
+
+def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    repeats, warmup = (2, 1) if args.quick else (args.repeats, args.warmup)
+    with_peers = not args.no_peers
+    if with_peers:
+        peers.setup()
+        if not peers.available():
+            say("the peers' environment could not be built; measuring without the peers")
+    cmds = commands(with_peers)
+    say(f"detection: {len(cmds)} commands, {warmup} warm-up + {repeats} timed rounds")
+    runs = interleaved(cmds, repeats=repeats, warmup=warmup, env=clean_env(), progress=say)
+
+    def median_s(name: str) -> float:
+        return statistics.median(r.seconds for r in runs[name])
+
+    def median_rss(name: str) -> float:
+        return statistics.median(r.peak_rss for r in runs[name])
+
+    info_s, info_rss = median_s(INFO), median_rss(INFO)
+    rows = []
+    for name in sorted(cmds, key=median_s):
+        rows.append(
+            [
+                name,
+                ms(median_s(name)),
+                mib(median_rss(name)),
+                f"{median_s(name) / info_s:.1f}x",
+                f"{median_rss(name) / info_rss:.1f}x",
+            ]
+        )
+    say("")
+    say(table(["command", "median time", "peak RSS", "time / info", "memory / info"], rows))
+
+    speed = median_s(TORCH) / info_s
+    memory = median_rss(INFO) / median_rss(TORCH)
+    goals = [
+        Goal(
+            "info --json vs import torch: speed",
+            f"{speed:.1f}x faster ({ms(info_s)} vs {ms(median_s(TORCH))})",
+            ">= 10x",
+            speed >= 10,
+        ),
+        Goal(
+            "info --json vs import torch: peak memory",
+            f"{memory:.3f} ({mib(info_rss)} vs {mib(median_rss(TORCH))})",
+            "<= 0.2",
+            memory <= 0.2,
+        ),
+    ]
+    if ACCELERATE in runs:
+        stretch = median_s(ACCELERATE) / info_s
+        goals.append(
+            Goal(
+                "info --json vs accelerate env (stretch)",
+                f"{stretch:.1f}x faster ({ms(info_s)} vs {ms(median_s(ACCELERATE))})",
+                ">= 15x",
+                stretch >= 15,
+            )
+        )
+    else:
+        goals.append(
+            Goal("info --json vs accelerate env (stretch)", "not measured", ">= 15x", None)
+        )
+
+    chart = draw(
+        "bars",
+        {
+            "title": "Time to know the accelerator and backend (cold process, median)",
+            "rows": [
+                {
+                    "label": name,
+                    "seconds": median_s(name),
+                    "peak_mib": median_rss(name) / 2**20,
+                    "highlight": name in (INFO, SELECT),
+                }
+                for name in sorted(cmds, key=median_s)
+                if name != BARE
+            ],
+        },
+        args.out.with_name("detection.png"),
+    )
+    write_results(
+        args.out,
+        "detection",
+        goals,
+        started,
+        repeats=repeats,
+        warmup=warmup,
+        peers=peers.state() if with_peers else {},
+        chart=str(chart) if chart else None,
+        commands={
+            name: {
+                "seconds": _stats(runs[name], "seconds"),
+                "peak_rss_bytes": _stats(runs[name], "peak_rss"),
+                "runs": [[r.seconds, r.peak_rss] for r in runs[name]],
+            }
+            for name in cmds
+        },
+    )
+    report("detection", goals, args.out)
+    return 0
+
+
+def _stats(runs: list[ChildRun], field: str) -> dict[str, float]:
+    from ._common import summary
+
+    return summary([float(getattr(r, field)) for r in runs])
