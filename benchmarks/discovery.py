@@ -145,7 +145,8 @@ def main(args: argparse.Namespace) -> int:
     process = {name: [m["process_seconds"] for m in runs] for name, runs in found.items()}
     medians = {name: statistics.median(v) for name, v in seconds.items()}
     ratio = medians[many_name] / medians[base_name]
-    loaded = int(found[many_name][0]["third_party"])
+    # Plugins already installed in this environment count on both sides; ours are the rest.
+    loaded = int(found[many_name][0]["third_party"]) - int(found[base_name][0]["third_party"])
     say(
         table(
             ["installed", "detect() median", "p95", "whole process median", "accelerators"],
