@@ -17,37 +17,17 @@ import pytest
 import accelbackends
 from accelbackends import accelerators
 from accelbackends import registry as _registry
+from accelbackends.testing import cluster as kit_cluster
 
 #: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
 BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)
 #: An environment in which only the CPU can be chosen, whatever hardware the test machine has.
 CPU_ONLY = {"ACCELBACKENDS_DISABLE": ",".join(a for a in BUILTIN_ACCELERATORS if a != "cpu")}
 
-#: Launcher variables that would make a test see the developer's shell instead of its own set-up.
-_LAUNCHER_PREFIXES = (
-    "ACCELBACKENDS_",
-    "TORCHELASTIC_",
-    "SLURM_",
-    "OMPI_",
-    "PMI_",
-    "PMIX_",
-    "PALS_",
-    "JSM_",
-    "LSB_",
-    "PET_",
-)
-_LAUNCHER_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS",
-)
+#: Launcher and ACCELBACKENDS_* variables that would make a test see the developer's shell
+#: instead of its own set-up (the testing kit's lists, which plugin authors use too).
+_LAUNCHER_PREFIXES = kit_cluster.LAUNCHER_PREFIXES
+_LAUNCHER_VARS = kit_cluster.LAUNCHER_VARIABLES
 
 
 #: Plugins installed in the environment before the tests started (e.g. the packages in plugins/):
@@ -167,11 +147,7 @@ def run_cli(
     pythonpath: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m accelbackends ARGS`` in a child with a clean environment plus ``env``."""
-    child_env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_LAUNCHER_PREFIXES) and key not in _LAUNCHER_VARS
-    }
+    child_env = kit_cluster.clean_environment(os.environ)
     child_env.update(env or {})
     if pythonpath is not None:
         child_env["PYTHONPATH"] = os.pathsep.join(
