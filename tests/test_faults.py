@@ -128,3 +128,36 @@ def test_sixteen_ranks_initialise_pass_the_correctness_suite_and_exit_cleanly() 
     assert report["ok"] and report["world_size"] == 16
     assert all(check["ok"] or check["skipped"] for check in report["checks"])
     assert _processes_with(marker) == []
+
+
+def test_sixteen_ranks_under_torchrun_pass_the_correctness_suite_and_exit_cleanly() -> None:
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env[MARKER] = marker
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "16",
+            "-m",
+            "accelbackends",
+            "check",
+            "--max-bytes",
+            "4KiB",
+            "--iters",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)  # rank 0 alone prints
+    assert report["ok"] and report["world_size"] == 16
+    assert _processes_with(marker) == []
