@@ -53,6 +53,8 @@ def sweep(session: Session) -> tuple[list[Measurement], list[Result]]:
                 detail = f"not supported by {ctx.backend} ({attempt.error})"
                 problems.append(Result(f"bandwidth {op}", "skipped", detail))
                 session.say(f"      {op:<11} skipped: {detail}")
+                if not attempt.go_on:  # another rank raised: every rank stops here, together
+                    return measurements, problems
                 break
             if attempt.outcome == RAISED:
                 problems.append(Result(name, "failed", f"raised {attempt.error}"))
