@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from ._text import say
 from .errors import AccelBackendsError, ConfigError, first_line
 
 __all__ = ["main"]
@@ -71,7 +72,7 @@ def _info(args: argparse.Namespace) -> int:
     from .registry import default_registry
 
     report = collect(default_registry(), show_all=args.all)
-    print(json.dumps(report, indent=2) if args.json else render(report))
+    say(json.dumps(report, indent=2) if args.json else render(report))
     return EXIT_OK
 
 

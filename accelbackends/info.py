@@ -7,10 +7,11 @@ metadata.
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 from typing import Any
 
 from . import config
+from ._text import aligned
+from .accelerators._packages import installed
 from .registry import Registry
 from .selection import select
 
@@ -18,10 +19,8 @@ __all__ = ["collect", "render"]
 
 
 def _installed_version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+    found = installed(distribution)
+    return found.version if found else None
 
 
 def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
@@ -86,14 +85,6 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     }
 
 
-def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
-        for row in rows
-    ]
-
-
 def render(report: dict[str, Any]) -> str:
     """The report as text for a terminal."""
     lines: list[str] = []
@@ -116,7 +107,7 @@ def render(report: dict[str, Any]) -> str:
                 acc["reason"],
             ]
         )
-    lines += _table(rows)
+    lines += aligned(rows, "  ")
     lines.append("  (* default backend)")
     lines.append("")
     cluster = report["cluster"]
@@ -140,7 +131,7 @@ def render(report: dict[str, Any]) -> str:
                 f"from {sources[key]}" if key in sources else "",
             ]
         )
-    lines += _table(rows)
+    lines += aligned(rows, "  ")
     lines.append("")
     plugins = report["plugins"]
     lines.append(
@@ -152,7 +143,7 @@ def render(report: dict[str, Any]) -> str:
             [p["name"], p["distribution"] or "-", p["version"] or "-", p["status"], p["error"]]
             for p in plugins
         ]
-        lines += _table(rows)
+        lines += aligned(rows, "  ")
     lines.append("")
     overrides = report["overrides"]
     lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")

@@ -20,7 +20,6 @@ import os
 import pickle
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 
 from .errors import ConfigError, SpawnError
 from .localstore import LocalStoreServer
+from .network import GLOO_INTERFACE, interface_towards
 from .selection import select
 from .spec import ClusterInfo
 
@@ -123,9 +123,9 @@ def _child(
     )
     # All ranks are on this host: keep Gloo's connections on the loopback interface, off the
     # network, and independent of whether this host's name resolves.
-    loopback = _loopback_interface()
-    if loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
-        os.environ["GLOO_SOCKET_IFNAME"] = loopback
+    loopback = interface_towards("127.0.0.1")
+    if loopback and GLOO_INTERFACE not in os.environ:
+        os.environ[GLOO_INTERFACE] = loopback
     try:
         ctx = init(cluster=cluster, **init_options)
         result = fn(ctx, *args)
@@ -162,15 +162,6 @@ def _child(
         sys.exit(1)
     finally:
         conn.close()
-
-
-def _loopback_interface() -> str | None:
-    """The name of the loopback network interface (``lo`` on Linux), if there is one."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return None
-    return "lo" if "lo" in names else None
 
 
 def _exit_description(code: int | None) -> str:

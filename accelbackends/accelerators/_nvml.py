@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..errors import first_line
 from ..spec import Probe
 
 __all__ = ["NVML", "Gpu", "NvmlReport", "query"]
@@ -126,11 +127,6 @@ def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def _mig_devices(nvml: Any, handle: Any) -> tuple[str, ...]:
     try:
         current, _ = nvml.nvmlDeviceGetMigMode(handle)
@@ -152,7 +148,7 @@ def _read(nvml: Any, source: str) -> NvmlReport:
     try:
         nvml.nvmlInit()
     except Exception as exc:
-        return NvmlReport(None, source, error=f"NVML ({source}) failed: {_describe(exc)}")
+        return NvmlReport(None, source, error=f"NVML ({source}) failed: {first_line(exc)}")
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         gpus = []
@@ -167,7 +163,7 @@ def _read(nvml: Any, source: str) -> NvmlReport:
             )
         return NvmlReport(tuple(gpus), source, driver)
     except Exception as exc:
-        return NvmlReport(None, source, error=f"NVML ({source}) failed: {_describe(exc)}")
+        return NvmlReport(None, source, error=f"NVML ({source}) failed: {first_line(exc)}")
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
@@ -199,5 +195,5 @@ def query(probe: Probe) -> NvmlReport:
     try:
         module = importlib.import_module(setting)
     except Exception as exc:
-        return NvmlReport(None, error=f"{NVML}={setting}: cannot import it: {_describe(exc)}")
+        return NvmlReport(None, error=f"{NVML}={setting}: cannot import it: {first_line(exc)}")
     return _read(module, setting)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config
+from .._text import plural
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
 from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
@@ -73,8 +74,8 @@ class Hardware:
     amd_note: str = ""
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def _count(count: int, noun: str) -> str:
+    return f"{count} {plural(count, noun)}"
 
 
 def _nvidia(probe: Probe) -> tuple[int, str, tuple[Gpu, ...] | None, str]:
@@ -154,7 +155,7 @@ def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]
         rocm = build is not None and build.hip is not None
     vendor, count = ("AMD", hardware.amd) if rocm else ("NVIDIA", hardware.nvidia)
     found = [
-        f"{_plural(n, f'{name} GPU')} {how}"
+        f"{_count(n, f'{name} GPU')} {how}"
         for n, name, how in (
             (hardware.nvidia, "NVIDIA", hardware.nvidia_source),
             (hardware.amd, "AMD", "via /sys/class/kfd"),
@@ -182,7 +183,7 @@ def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]
             )
         return Detection(False, 0, _nothing_found(hardware))
     source = "via /sys/class/kfd" if rocm else hardware.nvidia_source
-    here = f"{_plural(count, f'{vendor} GPU')} {source}"
+    here = f"{_count(count, f'{vendor} GPU')} {source}"
     if build is None:
         return Detection(False, 0, f"{here}, but torch is not installed — install torch")
     try:
@@ -193,7 +194,7 @@ def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]
         return Detection(True, count, f"{here}; but {exc} (init() will refuse it)")
     shown, problem = _visible_count(visible, count, None if rocm else hardware.nvidia_gpus)
     if visible.restricted and not shown and not problem:
-        hidden = _plural(count, f"{vendor} GPU")
+        hidden = _count(count, f"{vendor} GPU")
         return Detection(False, 0, f"{visible.describe()} hides all {hidden}")
     if not build.known:
         toolkit = "build not told by its metadata; init() asks torch"

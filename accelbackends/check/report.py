@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._text import aligned
 from ..errors import SpawnError, first_line
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
@@ -59,9 +60,7 @@ def grid(checks: list[Check], merged: list[Result], world_size: int) -> Iterator
             else:
                 cells[check.dtype] = state
         rows.append([row, *cells.values()])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        yield "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+    yield from aligned(rows)
     yield (
         f"tolerance: float sums and averages {tolerance_text('bfloat16')} for bfloat16, "
         f"2^-24 for float32; everything else exact ({world_size} "

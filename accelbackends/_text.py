@@ -1,0 +1,33 @@
+"""Small text helpers shared by ``info``, ``check`` and the plugins' reasons."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+__all__ = ["aligned", "plural", "say"]
+
+
+def say(line: str) -> None:
+    """Print ``line`` (one or more lines) to stdout and flush."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        # The reader went away (``accelbackends info | head``): finish quietly; the exit
+        # status still tells.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+
+
+def plural(count: int, word: str) -> str:
+    """``word`` for one, ``words`` for any other count (the count itself is not included)."""
+    return word if count == 1 else word + "s"
+
+
+def aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """``rows`` as lines whose columns line up, two spaces apart, without trailing spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    ]
