@@ -34,9 +34,15 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-def _start_long_check(marker: str) -> subprocess.Popen[str]:
+def _marked_environment(marker: str) -> dict[str, str]:
+    """This process's environment without ACCELBACKENDS_* variables, with the run's marker."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
     env[MARKER] = marker
+    return env
+
+
+def _start_long_check(marker: str) -> subprocess.Popen[str]:
+    env = _marked_environment(marker)
     env["PYTHONUNBUFFERED"] = "1"
     return subprocess.Popen(
         [
@@ -101,8 +107,7 @@ def test_signal_to_check_stops_every_rank_and_exits_with_the_signals_code(
 
 def test_sixteen_ranks_initialise_pass_the_correctness_suite_and_exit_cleanly() -> None:
     marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
-    env[MARKER] = marker
+    env = _marked_environment(marker)
     result = subprocess.run(
         [
             sys.executable,
@@ -132,8 +137,7 @@ def test_sixteen_ranks_initialise_pass_the_correctness_suite_and_exit_cleanly() 
 
 def test_sixteen_ranks_under_torchrun_pass_the_correctness_suite_and_exit_cleanly() -> None:
     marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
-    env[MARKER] = marker
+    env = _marked_environment(marker)
     result = subprocess.run(
         [
             sys.executable,
