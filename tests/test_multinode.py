@@ -26,29 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from accelbackends.testing.cluster import clean_environment
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 SUBNET = "10.123.0"
 RDZV_PORT = 29400  # each namespace has its own port space, so a fixed port cannot clash
 RUN_TIMEOUT = 150.0
-# Launcher variables the test process may itself have been started with (CI inside srun or
-# torchrun); the ranks must see only the ones this test gives them.
-_LAUNCHER_PREFIXES = (
-    "SLURM_",
-    "OMPI_",
-    "PMI_",
-    "PMIX_",
-    "PALS_",
-    "JSM_",
-    "LSB_",
-    "PET_",
-    "TORCHELASTIC_",
-    "MPI_LOCAL",
-)
-_LAUNCHER_NAMES = frozenset(
-    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
-    | {"MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"}
-)
 
 RANK_SCRIPT = textwrap.dedent(
     """
@@ -143,11 +127,10 @@ def two_hosts() -> Iterator[tuple[Host, Host]]:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in _LAUNCHER_NAMES and not key.startswith(_LAUNCHER_PREFIXES)
-    }
+    # Launcher variables the test process may itself have been started with (CI inside srun or
+    # torchrun) must not reach the ranks, nor an interface name: init() must find that itself.
+    env = clean_environment(os.environ)
+    env.pop("GLOO_SOCKET_IFNAME", None)
     # Torch logs store errors with C++ stack frames; a failure here is reported through the
     # rank's own exception instead.
     env.update(
