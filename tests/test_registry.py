@@ -257,7 +257,7 @@ def test_detection_is_cached_until_reset() -> None:
     registry.detect()
     assert len(calls) == 1
     assert calls[0].root == Path("/nonexistent-root")
-    registry.reset()
+    registry.forget_detections()
     registry.detect()
     assert len(calls) == 2
 

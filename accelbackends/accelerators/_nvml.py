@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import config
-from ..errors import first_line
-from ..spec import Probe
+from ..plugin import config
+from ..plugin.errors import first_line
+from ..plugin.types import Probe
 
 __all__ = ["NVML", "Gpu", "NvmlReport", "query"]
 

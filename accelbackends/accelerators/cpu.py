@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BindRequest, Detection, Probe
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import AcceleratorSpec, BindRequest, Detection, Probe
 
 #: Lowest of the built-ins: any real accelerator that is available wins over the CPU.
 PRIORITY = 0

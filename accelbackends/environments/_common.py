@@ -19,8 +19,8 @@ import re
 import zlib
 from collections.abc import Callable, Mapping
 
-from ..errors import ConfigError
-from ..spec import ClusterInfo
+from ..plugin.errors import ConfigError
+from ..plugin.types import ClusterInfo
 
 __all__ = [
     "DEFAULT_PORT",

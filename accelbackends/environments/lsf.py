@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin.errors import ConfigError
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import ClusterInfo
 from ._common import Reader, read_mpi_style
 
 _RANKFILE = "LSB_DJOB_RANKFILE"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import ClusterInfo
 from ._common import Reader, read_int, read_mpi_style
 from .slurm import started_by_srun
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import ClusterInfo
 
 
 @hookimpl(trylast=True)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin.errors import ConfigError
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import ClusterInfo
 from . import _hostlist
 from ._common import Reader, read_int
 

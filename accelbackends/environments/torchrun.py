@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import ClusterInfo
 from ._common import Reader, read_port, require
 
 _FIELDS = {
