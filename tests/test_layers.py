@@ -14,6 +14,7 @@ has to untangle. ``python tests/test_layers.py`` prints the same findings for a 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -177,6 +178,28 @@ def test_no_module_of_the_package_is_part_of_an_import_cycle() -> None:
 
 def test_plugin_layer_and_plugins_import_accelbackends_only_through_the_plugin_layer() -> None:
     assert upward_imports() == []
+
+
+def test_the_plugin_layer_imports_neither_torch_nor_the_rest_of_accelbackends() -> None:
+    code = (
+        "import sys, accelbackends.plugin as p\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy') or "
+        "(m.startswith('accelbackends.') and m.split('.')[1] not in ('plugin', '_version')))\n"
+        "print(loaded, sorted(set(p.__all__) - set(dir(p))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[] []"
+
+
+def test_the_package_re_exports_the_plugin_layers_objects() -> None:
+    import accelbackends
+    from accelbackends import plugin
+
+    shared = set(accelbackends.__all__) & set(plugin.__all__)
+    assert {"hookimpl", "AcceleratorSpec", "Context", "Selection", "ConfigError"} <= shared
+    assert all(getattr(accelbackends, name) is getattr(plugin, name) for name in shared)
 
 
 def test_checker_finds_a_cycle_and_reports_it_in_order() -> None:

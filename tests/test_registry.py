@@ -260,6 +260,10 @@ def test_detection_is_cached_until_reset() -> None:
     registry.forget_detections()
     registry.detect()
     assert len(calls) == 2
+    with pytest.warns(DeprecationWarning, match="renamed Registry.forget_detections"):
+        registry.reset()
+    registry.detect()
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize(
