@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plugin import config
+from ..plugin import Probe, config
 from ..plugin.errors import first_line
-from ..plugin.types import Probe
 
 __all__ = ["NVML", "Gpu", "NvmlReport", "query"]
 

@@ -13,21 +13,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugin import config, sysfs
-from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
-from ..plugin.errors import ConfigError, InitError
-from ..plugin.hookspecs import hookimpl
-from ..plugin.options import gloo_or
-from ..plugin.packages import TorchBuild, torch_build
-from ..plugin.text import plural
-from ..plugin.types import (
+from ..plugin import (
     AcceleratorSpec,
     BackendOptions,
     BindRequest,
+    ConfigError,
     Detection,
+    InitError,
     OptionsRequest,
     Probe,
+    config,
+    gloo_or,
+    hookimpl,
+    sysfs,
 )
+from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin.packages import TorchBuild, torch_build
+from ..plugin.text import plural
 from ._nvml import Gpu, NvmlReport, query
 
 __all__ = [

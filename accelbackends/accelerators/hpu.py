@@ -18,21 +18,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugin import sysfs
-from ..plugin.devices import Visible, device_index, habana_visible
-from ..plugin.errors import ConfigError, InitError
-from ..plugin.hookspecs import hookimpl
-from ..plugin.options import gloo_or
-from ..plugin.packages import Installed, installed
-from ..plugin.torchcompat import backend_plugins
-from ..plugin.types import (
+from ..plugin import (
     AcceleratorSpec,
     BackendOptions,
     BindRequest,
+    ConfigError,
     Detection,
+    InitError,
     OptionsRequest,
     Probe,
+    gloo_or,
+    hookimpl,
+    sysfs,
 )
+from ..plugin.devices import Visible, device_index, habana_visible
+from ..plugin.packages import Installed, installed
+from ..plugin.torchcompat import backend_plugins
 
 __all__ = [
     "HABANA",

@@ -15,21 +15,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugin import config, sysfs
-from ..plugin.devices import device_index, ze_visible
-from ..plugin.errors import ConfigError, InitError
-from ..plugin.hookspecs import hookimpl
-from ..plugin.options import gloo_or
-from ..plugin.packages import Installed, TorchBuild, installed, torch_build
-from ..plugin.torchcompat import backend_plugins
-from ..plugin.types import (
+from ..plugin import (
     AcceleratorSpec,
     BackendOptions,
     BindRequest,
+    ConfigError,
     Detection,
+    InitError,
     OptionsRequest,
     Probe,
+    config,
+    gloo_or,
+    hookimpl,
+    sysfs,
 )
+from ..plugin.devices import device_index, ze_visible
+from ..plugin.packages import Installed, TorchBuild, installed, torch_build
+from ..plugin.torchcompat import backend_plugins
 
 __all__ = [
     "INTEL_VENDOR",

@@ -19,8 +19,7 @@ import re
 import zlib
 from collections.abc import Callable, Mapping
 
-from ..plugin.errors import ConfigError
-from ..plugin.types import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError
 
 __all__ = [
     "DEFAULT_PORT",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..plugin.hookspecs import hookimpl
-from ..plugin.types import ClusterInfo
+from ..plugin import ClusterInfo, hookimpl
 
 
 @hookimpl(trylast=True)

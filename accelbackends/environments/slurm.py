@@ -19,9 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..plugin.errors import ConfigError
-from ..plugin.hookspecs import hookimpl
-from ..plugin.types import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from . import _hostlist
 from ._common import Reader, read_int
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..plugin.hookspecs import hookimpl
-from ..plugin.types import ClusterInfo
+from ..plugin import ClusterInfo, hookimpl
 from ._common import Reader, read_port, require
 
 _FIELDS = {
