@@ -12,7 +12,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .plugin.errors import (
     EXIT_FAILED,
@@ -24,7 +25,7 @@ from .plugin.errors import (
     ConfigError,
     first_line,
 )
-from .plugin.text import say
+from .plugin.text import columns, say
 
 __all__ = ["main"]
 
@@ -37,7 +38,35 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, told the terminal's width: argparse makes one for every argument added
+    and would import shutil (and with it bz2 and lzma) each time to ask."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width or columns())
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    #: Adds this parser's arguments on first use: ``check``'s come from accelbackends.check,
+    #: which ``info`` must not pay for importing.
+    deferred: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        if self.deferred is not None:
+            add_arguments, self.deferred = self.deferred, None
+            add_arguments(self)
+        return super().parse_known_args(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         # argparse's own usage errors already exit 2; keep them to one line plus the hint.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -58,7 +87,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show torch's own C++ log lines and full tracebacks",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # prog given: argparse would otherwise render a usage line to find it, which imports
+    # shutil (and with it bz2 and lzma) for the terminal width.
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser, prog=parser.prog
+    )
     commands.required = True
     info = commands.add_parser(
         "info", help="what this node has, what would be chosen and why (does not import torch)"
@@ -68,10 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check", help="start (or join) the ranks, verify collectives and measure bandwidth"
     )
-    from . import check as check_command
-
-    check_command.add_arguments(check)
+    check.deferred = _check_arguments
     return parser
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    from .check import add_arguments
+
+    add_arguments(parser)
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ metadata.
 
 from __future__ import annotations
 
-import platform
+import sys
 from typing import Any
 
 from .plugin import config
@@ -77,7 +77,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         },
         "overrides": config.overrides(registry.env),
         "versions": {
-            "python": platform.python_version(),
+            "python": sys.version.split()[0],  # what platform.python_version() reads
             "torch": _installed_version("torch"),
             "pluggy": _installed_version("pluggy"),
             "accelbackends": __version__,

@@ -18,14 +18,13 @@ import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
 from . import accelerators, environments
-from .plugin import config, hookspecs
+from .plugin import _installed, config, hookspecs
 from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
 from .plugin.types import (
     AcceleratorSpec,
@@ -442,18 +441,16 @@ def _culprit(hook: Any, exc: BaseException) -> str | None:
     return culprit
 
 
-def _entry_points() -> list[metadata.EntryPoint]:
-    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+def _entry_points() -> list[_installed.EntryPoint]:
+    return list(_installed.entry_points(ENTRY_POINT_GROUP))
 
 
-def _dist_name(ep: metadata.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return str(dist.metadata["Name"]) if dist is not None else ""
+def _dist_name(ep: _installed.EntryPoint) -> str:
+    return ep.distribution
 
 
-def _dist_version(ep: metadata.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return str(dist.version) if dist is not None else ""
+def _dist_version(ep: _installed.EntryPoint) -> str:
+    return ep.version
 
 
 _default: Registry | None = None

@@ -9,7 +9,6 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 import accelbackends
 from accelbackends import accelerators
 from accelbackends import registry as _registry
+from accelbackends.plugin import _installed
 from accelbackends.testing import cluster as kit_cluster
 
 #: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
@@ -33,22 +33,30 @@ _LAUNCHER_VARS = kit_cluster.LAUNCHER_VARIABLES
 #: Plugins installed in the environment before the tests started (e.g. the packages in plugins/):
 #: hidden from in-process registries, so that a test sees only the plugins it installs itself.
 _PREINSTALLED = frozenset(
-    (ep.name, ep.value) for ep in metadata.entry_points(group=_registry.ENTRY_POINT_GROUP)
+    (ep.name, ep.value) for ep in _installed.entry_points(_registry.ENTRY_POINT_GROUP)
 )
 
 
-def _entry_points_of_this_test() -> list[metadata.EntryPoint]:
+def _entry_points_of_this_test() -> list[_installed.EntryPoint]:
     return [
         ep
-        for ep in metadata.entry_points(group=_registry.ENTRY_POINT_GROUP)
+        for ep in _installed.entry_points(_registry.ENTRY_POINT_GROUP)
         if (ep.name, ep.value) not in _PREINSTALLED
     ]
 
 
+@pytest.fixture(scope="session")
+def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's own XDG cache directory: the installed-distribution cache of the test runs
+    and their children stays out of the developer's home."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def clean_environment(monkeypatch: pytest.MonkeyPatch, cache_home: Path) -> Iterator[None]:
     """Every test starts without launcher or ACCELBACKENDS_* variables and a fresh registry."""
     monkeypatch.setattr(_registry, "_entry_points", _entry_points_of_this_test)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     for key in list(os.environ):
         if key.startswith(_LAUNCHER_PREFIXES) or key in _LAUNCHER_VARS:
             monkeypatch.delenv(key)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import _installed
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 __all__ = ["Installed", "TorchBuild", "installed", "torch_build"]
 
@@ -61,10 +65,16 @@ class TorchBuild:
         return f"torch {self.version}"
 
 
-def _distribution(name: str, paths: Sequence[str] | None) -> metadata.Distribution | None:
-    search = list(sys.path if paths is None else paths)
-    for dist in metadata.distributions(name=name, path=search):
-        return dist
+def _distribution(name: str, paths: Sequence[str] | None) -> _installed.Distribution | None:
+    if paths is None:  # sys.path: answered from the cache while nothing there changed
+        return _installed.distribution(name)
+    from importlib import metadata
+
+    dist: metadata.Distribution
+    for dist in metadata.distributions(name=name, path=list(paths)):
+        return _installed.Distribution(
+            str(dist.metadata["Name"] or name), str(dist.version), str(dist.locate_file(""))
+        )
     return None
 
 
@@ -74,7 +84,7 @@ def installed(*names: str, paths: Sequence[str] | None = None) -> Installed | No
     for name in names:
         dist = _distribution(name, paths)
         if dist is not None:
-            return Installed(str(dist.metadata["Name"] or name), str(dist.version))
+            return Installed(dist.name, dist.version)
     return None
 
 
@@ -126,8 +136,8 @@ def torch_build(paths: Sequence[str] | None = None) -> TorchBuild | None:
     dist = _distribution("torch", paths)
     if dist is None:
         return None
-    version = str(dist.version)
-    from_file = _version_file_values(Path(str(dist.locate_file("torch/version.py"))))
+    version = dist.version
+    from_file = _version_file_values(Path(dist.location, "torch", "version.py"))
     from_tag = _from_local_tag(version)
     if from_file is None and from_tag is None:
         return TorchBuild(version, known=False)

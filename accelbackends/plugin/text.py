@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["aligned", "plural", "rank_list", "say"]
+__all__ = ["aligned", "columns", "plural", "rank_list", "say"]
 
 
 def say(line: str) -> None:
@@ -20,6 +20,22 @@ def say(line: str) -> None:
         # The reader went away (``accelbackends info | head``): finish quietly; the exit
         # status still tells.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+
+
+def columns(fallback: int = 80) -> int:
+    """The terminal's width as :func:`shutil.get_terminal_size` finds it (``COLUMNS``, else the
+    terminal of stdout, else ``fallback``), without importing shutil, which brings bz2 and lzma
+    into every command that prints."""
+    try:
+        width = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        width = 0
+    if width > 0:
+        return width
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or fallback
+    except (AttributeError, ValueError, OSError):
+        return fallback
 
 
 def plural(count: int, word: str) -> str:

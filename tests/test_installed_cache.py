@@ -1,0 +1,282 @@
+"""What ``info`` and ``select()`` import, and the cache of installed-distribution facts that keeps
+:mod:`importlib.metadata` out of a warm start without ever hiding a newly installed plugin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accelbackends.plugin import _installed
+from accelbackends.testing import cluster as kit_cluster
+from accelbackends.testing.plugins import install_distribution
+
+#: Modules that ``accelbackends info`` and ``select()`` must not load once the cache is warm,
+#: and why each is on the list:
+FORBIDDEN = {
+    # The house rule: detection never imports torch, NumPy or a vendor stack.
+    "torch": "detection never imports torch",
+    "numpy": "detection never imports NumPy",
+    # check's flags are added to the parser only when check runs.
+    "accelbackends.check": "only `check` needs it",
+    # The runtime half of the package: nothing to initialise or start here.
+    "accelbackends.lifecycle": "only init() needs it",
+    "accelbackends.spawning": "only spawn() needs it",
+    "accelbackends.rendezvous": "only init() needs it",
+    # importlib.metadata and what it alone pulls in (METADATA is an e-mail header block,
+    # RECORD a CSV file, eggs zip files): the cache answers instead.
+    "importlib.metadata": "the cache answers from a warm start",
+    "email": "importlib.metadata parses METADATA with it",
+    "csv": "importlib.metadata reads RECORD with it",
+    "zipfile": "importlib.metadata reads zipped eggs with it",
+    # Archives and compression: nothing is packed or unpacked (zipfile, shutil and tarfile
+    # import these at their top).
+    "shutil": "argparse asks it the terminal width; text.columns() answers instead",
+    "bz2": "compression, pulled in by shutil and zipfile",
+    "lzma": "compression, pulled in by shutil and zipfile",
+    "tarfile": "archives",
+    # Files and processes: info writes nothing but its cache and starts no process (the
+    # probes are threads).
+    "tempfile": "nothing temporary is written",
+    "subprocess": "no process is started",
+    "multiprocessing": "no process is started",
+    "concurrent": "the probes run in plain threads",
+    "asyncio": "nothing asynchronous",
+    # The network: detection asks no one.
+    "socket": "no connection is made",
+    "ssl": "no connection is made",
+    "http": "no connection is made",
+    "urllib.request": "no connection is made",
+    # Heavy formatting and introspection helpers nothing here needs.
+    "pprint": "json prints the report",
+    "pydoc": "no help pages are rendered",
+    "doctest": "nothing is tested",
+    "unittest": "nothing is tested",
+    "logging": "the package reports through exceptions and warnings",
+    "decimal": "no decimal arithmetic",
+    "hashlib": "the cache file is named with zlib.crc32",
+}
+
+_REPORT_MODULES = """
+import contextlib, io, json, sys
+with contextlib.redirect_stdout(io.StringIO()):
+    {body}
+print(json.dumps(sorted(sys.modules)))
+"""
+_INFO = "from accelbackends.cli import main; main({argv!r})"
+_SELECT = "import accelbackends; accelbackends.select()"
+#: A child that writes the cache whatever the age of the directories it stamps (a test's
+#: directories are seconds old; the settle rule is tested on its own below).
+_WARM = "from accelbackends.plugin import _installed; _installed.SETTLE_SECONDS = -1e9\n"
+
+
+def _forbidden(modules: list[str]) -> dict[str, str]:
+    return {
+        module: FORBIDDEN[name]
+        for module in modules
+        for name in FORBIDDEN
+        if module == name or module.startswith(name + ".")
+    }
+
+
+def _child_env(cache: Path, pythonpath: Path | None = None) -> dict[str, str]:
+    env = kit_cluster.clean_environment(os.environ)
+    env["XDG_CACHE_HOME"] = str(cache)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env
+
+
+def _run(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _settled(*paths: Path) -> None:
+    """Date ``paths`` a minute back, as directories nobody wrote to lately are."""
+    past = time.time() - 60
+    for path in paths:
+        os.utime(path, (past, past))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """An empty working directory for children (on their sys.path as "" for ``-c``)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_INFO.format(argv=["info", "--json"]), _INFO.format(argv=["info"]), _SELECT],
+    ids=["info --json", "info", "select()"],
+)
+def test_a_warm_start_loads_no_check_torch_metadata_or_heavy_stdlib_module(
+    body: str, workdir: Path, tmp_path: Path
+) -> None:
+    env = _child_env(tmp_path / "cache")
+    code = _REPORT_MODULES.format(body=body)
+    _run(_WARM + code, env, workdir)  # the first start after an install reads and caches
+    modules = json.loads(_run(code, env, workdir).stdout)
+    assert _forbidden(modules) == {}
+    assert "accelbackends.registry" in modules  # the plugins were loaded: it did the work
+
+
+def test_the_cold_start_reads_importlib_metadata_and_writes_the_cache(
+    workdir: Path, tmp_path: Path
+) -> None:
+    env = _child_env(tmp_path / "cache")
+    modules = json.loads(_run(_WARM + _REPORT_MODULES.format(body=_SELECT), env, workdir).stdout)
+    assert "importlib.metadata" in modules
+    assert list((tmp_path / "cache" / "accelbackends").glob("installed-*.json"))
+
+
+def _info_plugins(env: dict[str, str], cwd: Path, *, warm: bool = False) -> list[str]:
+    code = (_WARM if warm else "") + (
+        "import json\nfrom accelbackends.info import collect\n"
+        "from accelbackends.registry import Registry\n"
+        "print(json.dumps([p['name'] for p in collect(Registry())['plugins']]))\n"
+    )
+    names: list[str] = json.loads(_run(code, env, cwd).stdout.splitlines()[-1])
+    return names
+
+
+_PLUGIN = """\
+from accelbackends.plugin import hookimpl
+
+@hookimpl
+def accelbackends_post_init(context):
+    pass
+"""
+
+
+def test_a_plugin_installed_after_the_cache_was_written_is_found_by_the_next_process(
+    workdir: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _settled(site)
+    env = _child_env(tmp_path / "cache", site)
+    assert "late" not in _info_plugins(env, workdir, warm=True)
+    assert list((tmp_path / "cache" / "accelbackends").glob("installed-*.json"))
+    install_distribution(site, "late", "abplugin_late", source=_PLUGIN)
+    assert "late" in _info_plugins(env, workdir)
+
+
+def test_an_entry_point_added_in_place_to_an_installed_distribution_is_found(
+    workdir: Path, tmp_path: Path
+) -> None:
+    # setup.py egg_info (and a hand edit) rewrite entry_points.txt in place: the directory
+    # around it keeps its modification time.
+    site = tmp_path / "site"
+    install_distribution(site, "first", "abplugin_first", source=_PLUGIN)
+    (site / "abplugin_second.py").write_text(_PLUGIN)
+    points = next(site.glob("*.dist-info")) / "entry_points.txt"
+    _settled(site, points.parent, points, points.parent / "METADATA")
+    env = _child_env(tmp_path / "cache", site)
+    assert "second" not in _info_plugins(env, workdir, warm=True)
+    with points.open("a") as handle:
+        handle.write("second = abplugin_second\n")
+    os.utime(site, (time.time() - 60,) * 2)  # the directory itself looks untouched
+    assert {"first", "second"} <= set(_info_plugins(env, workdir))
+
+
+def test_answers_about_a_directory_changed_moments_ago_are_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()  # modified just now: a change in the same clock tick could keep its time
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    assert _installed.entry_points("accelbackends") == ()
+    assert not (tmp_path / "cache" / "accelbackends").exists()
+    _settled(site)
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    assert _installed.entry_points("accelbackends") == ()
+    cache = _installed.cache_path()
+    assert cache is not None and Path(cache).exists()
+
+
+def test_nothing_is_cached_while_another_finder_can_list_distributions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Finder:
+        @staticmethod
+        def find_distributions(*args: object, **kwargs: object) -> list[object]:
+            return []
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _settled(site)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    assert _installed.entry_points("accelbackends") == ()
+    assert not (tmp_path / "cache" / "accelbackends").exists()
+
+
+def test_a_damaged_cache_file_is_read_afresh_and_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = install_distribution(tmp_path / "site", "mine", "abplugin_mine", source=_PLUGIN)
+    points = next(site.glob("*.dist-info"))
+    _settled(site, points, points / "entry_points.txt", points / "METADATA")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = _installed.cache_path()
+    assert cache is not None
+    Path(cache).parent.mkdir(parents=True)
+    Path(cache).write_text("{not json")
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    found = _installed.entry_points("accelbackends")
+    assert [(ep.name, ep.value, ep.distribution, ep.version) for ep in found] == [
+        ("mine", "abplugin_mine", "accelbackends-mine", "1.0")
+    ]
+    assert "abplugin_mine" in Path(cache).read_text()
+
+
+def test_cache_files_beyond_the_limit_are_removed_oldest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "cache" / "accelbackends"
+    folder.mkdir(parents=True)
+    for index in range(_installed.KEEP_FILES + 3):
+        old = folder / f"installed-{index:08x}.json"
+        old.write_text("{}")
+        os.utime(old, (1000 + index, 1000 + index))
+    site = tmp_path / "site"
+    site.mkdir()
+    _settled(site)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    _installed.entry_points("accelbackends")
+    left = sorted(path.name for path in folder.glob("installed-*.json"))
+    assert len(left) == _installed.KEEP_FILES
+    assert Path(str(_installed.cache_path())).name in left
+    assert "installed-00000000.json" not in left
+
+
+def test_an_entry_point_from_the_cache_loads_what_its_value_names() -> None:
+    point = _installed.EntryPoint("join", "os.path:join", "group")
+    assert point.load() is os.path.join
+    assert _installed.EntryPoint("os", "os", "group").load() is os
+    with pytest.raises(ValueError, match="not module:attr"):
+        _installed.EntryPoint("bad", "not a value!", "group").load()
