@@ -32,9 +32,10 @@ def columns(fallback: int = 80) -> int:
         width = 0
     if width > 0:
         return width
+    stdout = sys.__stdout__
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or fallback
-    except (AttributeError, ValueError, OSError):
+        return os.get_terminal_size(stdout.fileno()).columns or fallback if stdout else fallback
+    except (ValueError, OSError):
         return fallback
 
 
