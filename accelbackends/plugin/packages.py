@@ -88,8 +88,25 @@ def installed(*names: str, paths: Sequence[str] | None = None) -> Installed | No
     return None
 
 
+#: Parsed ``torch/version.py`` files by (path, modification time, size): several probes ask at
+#: each detection, and every rank's first ``init()`` detects.
+_parsed: dict[tuple[str, int, int], dict[str, str | None] | None] = {}
+
+
 def _version_file_values(path: Path) -> dict[str, str | None] | None:
     """The ``cuda``, ``hip`` and ``xpu`` assignments of a generated ``torch/version.py``."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    key = (str(path), status.st_mtime_ns, status.st_size)
+    if key not in _parsed:
+        _parsed[key] = _parse_version_file(path)
+    found = _parsed[key]
+    return None if found is None else dict(found)
+
+
+def _parse_version_file(path: Path) -> dict[str, str | None] | None:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):

@@ -1,0 +1,257 @@
+"""The rendezvous beyond this machine's ranks, simulated: 64 to 1024 ranks against one store.
+
+What is simulated: each rank is a thread (spread over a few forked processes, so that the client
+side is not one interpreter's GIL) that runs exactly what ``init()`` runs before and after
+``init_process_group``: it connects to the store and joins
+(:func:`accelbackends.rendezvous.meet`: count in, wait until all N have), and after the process
+group it waits at the all-connected barrier (the store barrier ``init()`` ends with). Two stores:
+
+- ``tcp``: torch's TCP store, hosted by the parent as a launcher's agent hosts it (every rank a
+  client, ``MASTER_ADDR=127.0.0.1``): what jobs started by torchrun, SLURM, MPI or plain
+  ``env://`` meet through;
+- ``unix``: the Unix-socket store that :func:`accelbackends.spawn` serves from its parent.
+
+What is not: no Gloo (no process group, no tensors, no N x N connections), no accelerator, no
+plugin loading or detection (the ranks share one process's loaded registry), no network between
+hosts (loopback), and N ranks share 2 cores, so the figure is an upper bound on the store's
+part of a real job's start: the time from all ranks starting to connect until the last one has
+passed the barrier, against N.
+
+Each TCP connection makes both ends ask DNS for the loopback address's name (see
+``rendezvous-stalls``); a run in which one answer was lost takes 5 s longer and is counted.
+
+Usage: ``python -m benchmarks rendezvous-sim [--ranks 64,256,1024] [--repeats 3] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from ._common import (
+    Goal,
+    add_common_arguments,
+    draw,
+    ms,
+    report,
+    say,
+    summary,
+    table,
+    write_results,
+)
+from ._ranks import STALL_SECONDS
+
+STORES = ("tcp", "unix")
+#: Forked processes the simulated ranks are spread over.
+PROCESSES = 4
+JOIN_TIMEOUT = 300.0
+
+
+def _ranks_list(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or any(v < 2 for v in values):
+        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 64,256")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser, "rendezvous_sim")
+    parser.add_argument(
+        "--ranks", type=_ranks_list, default=[64, 256, 1024], help="default 64,256,1024"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs per store and count (3)")
+
+
+def _worker(
+    store: str,
+    ranks: list[int],
+    world_size: int,
+    where: dict[str, Any],
+    ready: Any,
+    go: Any,
+    done: Any,
+) -> None:
+    from accelbackends.lifecycle import _wait_until_every_rank_is_connected
+    from accelbackends.plugin.types import ClusterInfo
+    from accelbackends.rendezvous import meet
+
+    finished: list[float] = []
+    failures: list[str] = []
+
+    def simulated_rank(rank: int) -> None:
+        cluster = ClusterInfo(
+            launcher="simulation",
+            rank=rank,
+            world_size=world_size,
+            local_rank=0,
+            local_world_size=1,
+            master_addr=where.get("addr"),
+            master_port=where.get("port"),
+            store_socket=where.get("socket"),
+            store_hosted=store == "tcp",
+            run_id=where["run_id"],
+        )
+        go.wait()
+        try:
+            rendezvous = meet(cluster, join_timeout=JOIN_TIMEOUT, generation=1)
+            _wait_until_every_rank_is_connected(cluster, rendezvous, JOIN_TIMEOUT)
+        except Exception as exc:  # reported to the parent, which fails the run
+            failures.append(f"rank {rank}: {exc}")
+            return
+        finished.append(time.monotonic())
+
+    threading.stack_size(256 * 1024)
+    threads = [threading.Thread(target=simulated_rank, args=(r,), daemon=True) for r in ranks]
+    for thread in threads:
+        thread.start()
+    ready.put(os.getpid())
+    for thread in threads:
+        thread.join()
+    done.put((finished, failures))
+
+
+def simulate(store: str, world_size: int) -> float:
+    """One rendezvous of ``world_size`` simulated ranks: seconds from the start signal until
+    the last rank has passed the all-connected barrier."""
+    import torch.distributed as dist
+
+    from accelbackends.localstore import LocalStoreServer
+
+    workdir = tempfile.mkdtemp(prefix="accelbackends-sim-")
+    where: dict[str, Any] = {"run_id": f"sim-{store}-{world_size}-{time.monotonic_ns()}"}
+    server: Any
+    if store == "tcp":
+        server = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            world_size,
+            True,
+            timedelta(seconds=JOIN_TIMEOUT),
+            wait_for_workers=False,
+        )
+        where.update(addr="127.0.0.1", port=server.port)
+    else:
+        server = LocalStoreServer(os.path.join(workdir, "store.sock"))
+        where["socket"] = server.path
+    context = multiprocessing.get_context("fork")
+    ready, done, go = context.SimpleQueue(), context.SimpleQueue(), context.Event()
+    shares = [list(range(i, world_size, PROCESSES)) for i in range(PROCESSES)]
+    processes = [
+        context.Process(target=_worker, args=(store, share, world_size, where, ready, go, done))
+        for share in shares
+        if share
+    ]
+    try:
+        for process in processes:
+            process.start()
+        for _ in processes:
+            ready.get()
+        started = time.monotonic()
+        go.set()
+        results = [done.get() for _ in processes]
+        for process in processes:
+            process.join(60)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        if store == "unix":
+            server.close()
+        del server
+        shutil.rmtree(workdir, ignore_errors=True)
+    failures = [failure for _, found in results for failure in found]
+    if failures:
+        raise RuntimeError(f"{len(failures)} simulated ranks failed, first: {failures[0]}")
+    return max(stamp for finished, _ in results for stamp in finished) - started
+
+
+def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    counts = [c for c in args.ranks if c <= 256] or args.ranks if args.quick else args.ranks
+    repeats = 1 if args.quick else args.repeats
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * max(counts) + 256  # the store's and the clients' sockets, with room
+    if soft < wanted <= hard or (hard == resource.RLIM_INFINITY and soft < wanted):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    say(f"rendezvous-sim: ranks {counts}, stores {list(STORES)}, {repeats} run(s) each")
+    times: dict[str, dict[int, list[float]]] = {s: {c: [] for c in counts} for s in STORES}
+    for count in counts:
+        for index in range(repeats):
+            for store in STORES if index % 2 == 0 else STORES[::-1]:
+                times[store][count].append(simulate(store, count))
+        say(
+            f"  {count:>5} ranks: "
+            + ", ".join(f"{s} {ms(statistics.median(times[s][count]))}" for s in STORES)
+        )
+    rows = []
+    for count in counts:
+        row = [str(count)]
+        for store in STORES:
+            values = times[store][count]
+            stalls = sum(v >= STALL_SECONDS for v in values)
+            row.append(f"{ms(statistics.median(values))} (max {ms(max(values))}; {stalls} stalled)")
+            row.append(f"{statistics.median(values) / count * 1e3:.2f} ms")
+        rows.append(row)
+    say("")
+    say("time from the start until every simulated rank passed the all-connected barrier")
+    say(table(["ranks", "tcp store", "per rank", "unix store", "per rank"], rows))
+    top, bottom = max(counts), min(counts)
+    goals = []
+    for store in STORES:
+        low = statistics.median(times[store][bottom])
+        high = statistics.median(times[store][top])
+        goals.append(
+            Goal(
+                f"simulated rendezvous, {store} store, {bottom} -> {top} ranks",
+                f"{ms(low)} -> {ms(high)} ({high / low:.1f}x for {top / bottom:.0f}x the ranks)",
+                "report (time vs N)",
+                None,
+            )
+        )
+    chart = draw(
+        "lines",
+        {
+            "title": "Simulated rendezvous: store join + all-connected barrier (no Gloo)",
+            "xlabel": "simulated ranks (threads in 4 processes, one 2-core machine)",
+            "ylabel": "seconds",
+            "series": [
+                {
+                    "label": f"{store} store",
+                    "x": counts,
+                    "median": [statistics.median(times[store][c]) for c in counts],
+                    "low": [min(times[store][c]) for c in counts],
+                    "high": [max(times[store][c]) for c in counts],
+                }
+                for store in STORES
+            ],
+        },
+        args.out.with_name("rendezvous_sim.png"),
+    )
+    write_results(
+        args.out,
+        "rendezvous-sim",
+        goals,
+        started,
+        repeats=repeats,
+        processes=PROCESSES,
+        chart=str(chart) if chart else None,
+        ranks={
+            str(count): {
+                store: {"seconds": summary(times[store][count]), "runs": times[store][count]}
+                for store in STORES
+            }
+            for count in counts
+        },
+    )
+    report("rendezvous-sim", goals, args.out)
+    return 0
