@@ -42,7 +42,7 @@ def _add_all(commands: Any) -> None:
     parser = commands.add_parser(
         "all",
         help="run every benchmark in turn and print every goal in one table",
-        description="Run every benchmark with its defaults (about 15 minutes on 2 cores) "
+        description="Run every benchmark with its defaults (about 10 minutes on 2 cores) "
         "or, with --quick, with few repeats (a smoke run).",
     )
     parser.add_argument("--quick", action="store_true", help="few repeats: a smoke run")
