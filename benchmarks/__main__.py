@@ -124,6 +124,7 @@ def run_all(quick: bool, skip: set[str]) -> int:
         "seconds": round(time.monotonic() - started),
         "machine": machine(),
         "load_average_before": load_before,
+        "load_average_after": load_after,
         "goals": [dict(zip(headers, row, strict=True)) for row in rows],
         "failed": failed,
     }

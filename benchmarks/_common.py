@@ -236,6 +236,14 @@ def machine() -> dict[str, Any]:
     }
 
 
+def rank_counts(text: str) -> list[int]:
+    """``--ranks`` values: comma-separated rank counts, each at least 2."""
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or any(v < 2 for v in values):
+        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 2,4,8")
+    return values
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     """``--quick`` and ``--out``, which every benchmark takes (``all`` relies on both)."""
     parser.add_argument(

@@ -45,6 +45,7 @@ from ._common import (
     Goal,
     add_common_arguments,
     ms,
+    rank_counts,
     report,
     say,
     summary,
@@ -64,16 +65,9 @@ GOAL_FRACTION, GOAL_SECONDS = 0.05, 0.020
 BACKOFF_SECONDS = 0.3
 
 
-def _ranks_list(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 2,4,8")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, "init_overhead")
-    parser.add_argument("--ranks", type=_ranks_list, default=[2, 4, 8], help="default 2,4,8")
+    parser.add_argument("--ranks", type=rank_counts, default=[2, 4, 8], help="default 2,4,8")
     parser.add_argument(
         "--rounds", type=int, default=20, help="timed rounds per rank count (default 20)"
     )

@@ -26,6 +26,7 @@ from ._common import (
     draw,
     ms,
     percentile,
+    rank_counts,
     report,
     say,
     summary,
@@ -34,17 +35,10 @@ from ._common import (
 )
 
 
-def _ranks_list(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 2,8,32")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, "rendezvous_scale")
     parser.add_argument(
-        "--ranks", type=_ranks_list, default=[2, 4, 8, 16, 32], help="default 2,4,8,16,32"
+        "--ranks", type=rank_counts, default=[2, 4, 8, 16, 32], help="default 2,4,8,16,32"
     )
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds per count (9)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")

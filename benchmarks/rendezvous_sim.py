@@ -43,6 +43,7 @@ from ._common import (
     add_common_arguments,
     draw,
     ms,
+    rank_counts,
     report,
     say,
     summary,
@@ -56,21 +57,14 @@ PROCESSES = 4
 JOIN_TIMEOUT = 300.0
 
 
-def _ranks_list(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 64,256")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, "rendezvous_sim")
     parser.add_argument(
-        "--ranks", type=_ranks_list, default=[64, 256, 1024], help="default 64,256,1024"
+        "--ranks", type=rank_counts, default=[64, 256, 1024], help="default 64,256,1024"
     )
     parser.add_argument(
         "--tcp-ranks",
-        type=_ranks_list,
+        type=rank_counts,
         default=[64, 256],
         help="the counts also run against the TCP store (default 64,256: its server resolves "
         "every client's name in turn, about 20-90 ms each here, so 1024 would take minutes)",
