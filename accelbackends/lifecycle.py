@@ -58,7 +58,8 @@ _generation = 0
 
 
 def is_initialized() -> bool:
-    """True between a successful :func:`init` and :func:`destroy`."""
+    """True between a successful [`init`][accelbackends.init] and
+    [`destroy`][accelbackends.destroy]."""
     return _state is not None
 
 
@@ -96,23 +97,34 @@ def init(
     registry: Registry | None = None,
 ) -> Context:
     """Detect, select, discover the cluster environment, bind the device and initialise
-    ``torch.distributed``; returns the :class:`Context`.
-
-    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
-    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
-    :param timeout: Collective timeout, seconds or a timedelta (``ACCELBACKENDS_TIMEOUT``;
-        default 1800 s).
-    :param rendezvous_timeout: How long to wait for every rank to join
-        (``ACCELBACKENDS_RENDEZVOUS_TIMEOUT``; default 300 s).
-    :param seed: Seed Python's ``random``, NumPy (if installed) and torch identically on every rank.
-    :param seed_per_rank: Add the rank to ``seed``, so each rank draws different numbers.
-    :param threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
-        ``OMP_NUM_THREADS`` is set).
-    :param cluster: Use this cluster description instead of recognising the launcher.
-    :param registry: Use this registry instead of the process's default.
+    `torch.distributed`.
 
     A second call with compatible arguments returns the same context; an incompatible one is a
-    :class:`~accelbackends.plugin.errors.ConfigError`. Call :func:`destroy` to start over.
+    [`ConfigError`][accelbackends.ConfigError]. Call [`destroy`][accelbackends.destroy] to start
+    over.
+
+    Args:
+        accelerator: Use this accelerator (overrides `ACCELBACKENDS_ACCELERATOR`).
+        backend: Use this backend (overrides `ACCELBACKENDS_BACKEND`).
+        timeout: Collective timeout, seconds or a timedelta (`ACCELBACKENDS_TIMEOUT`;
+            default 1800 s).
+        rendezvous_timeout: How long to wait for every rank to join
+            (`ACCELBACKENDS_RENDEZVOUS_TIMEOUT`; default 300 s).
+        seed: Seed Python's `random`, NumPy (if installed) and torch identically on every rank.
+        seed_per_rank: Add the rank to `seed`, so each rank draws different numbers.
+        threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
+            `OMP_NUM_THREADS` is set).
+        cluster: Use this cluster description instead of recognising the launcher.
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        Where this process stands in the job: rank, device, backend and why.
+
+    Raises:
+        SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
+        ConfigError: A malformed argument or variable, or a call incompatible with the first.
+        RendezvousError: The ranks did not all join within the rendezvous timeout.
+        InitError: torch could not initialise the chosen backend.
     """
     started = time.perf_counter()
     registry = registry or default_registry()
@@ -345,7 +357,8 @@ def _seed(value: int) -> None:
 
 
 def destroy() -> None:
-    """Tear down the process group made by :func:`init`; a no-op when there is none."""
+    """Tear down the process group made by [`init`][accelbackends.init]; a no-op when there is
+    none."""
     global _state
     if _state is None:
         return
@@ -360,8 +373,17 @@ def destroy() -> None:
 
 @contextlib.contextmanager
 def distributed(**kwargs: Any) -> Iterator[Context]:
-    """``with accelbackends.distributed() as ctx:``: :func:`init`, and :func:`destroy` always,
-    also when the body raises. Takes the same keyword arguments as :func:`init`."""
+    """Initialise for the duration of a `with` block: [`init`][accelbackends.init] on entry,
+    [`destroy`][accelbackends.destroy] always on exit, also when the body raises.
+
+    Takes the same keyword arguments as [`init`][accelbackends.init].
+
+    Example:
+        ```python
+        with accelbackends.distributed(seed=0) as ctx:
+            print(ctx.rank, ctx.device)
+        ```
+    """
     context = init(**kwargs)
     try:
         yield context

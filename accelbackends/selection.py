@@ -47,9 +47,16 @@ def select(
 ) -> Selection:
     """Choose the accelerator and backend, with a reason for the choice and every candidate.
 
-    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
-    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
-    :raises SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
+    Args:
+        accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
+        backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        The chosen accelerator and backend, why, and every candidate's verdict.
+
+    Raises:
+        SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
     """
     registry = registry or default_registry()
     candidates = registry.detect()

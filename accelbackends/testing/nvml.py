@@ -1,8 +1,8 @@
 """A fake NVML with the functions of NVIDIA's ``pynvml`` that the CUDA probe calls.
 
 Select it with ``ACCELBACKENDS_NVML=accelbackends.testing.nvml``; the probe then asks it
-instead of the real NVML, whatever its root. Say which GPUs it lists with :func:`configure` in
-this process, or with the ``FAKESTACK_NVML`` variable (from :func:`environment`) in a child::
+instead of the real NVML, whatever its root. Say which GPUs it lists with `configure` in
+this process, or with the ``FAKESTACK_NVML`` variable (from `environment`) in a child::
 
     nvml.configure([nvml.FakeGpu(uuid="GPU-1111")], driver="550.54.15")
     probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
@@ -77,7 +77,7 @@ def configure(
 
 
 def reset() -> None:
-    """Forget :func:`configure`; the configuration comes from ``FAKESTACK_NVML`` again."""
+    """Forget `configure`; the configuration comes from ``FAKESTACK_NVML`` again."""
     global _configured
     _configured = None
 

@@ -95,7 +95,7 @@ class FakeStack:
     def nvml(
         self, gpus: list[nvml.FakeGpu], *, driver: str = "550.54.15", failure: str | None = None
     ) -> FakeStack:
-        """Use the fake NVML (:mod:`accelbackends.testing.nvml`) listing ``gpus``."""
+        """Use the fake NVML (`accelbackends.testing.nvml`) listing ``gpus``."""
         self.variables.update(nvml.environment(gpus, driver=driver, failure=failure))
         return self
 
