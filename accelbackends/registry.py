@@ -71,7 +71,16 @@ Status = Literal["active", "blocked", "failed"]
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """A plugin as ``info`` lists it."""
+    """A plugin as `info` lists it.
+
+    Attributes:
+        name: The plugin's name (its entry point's name), as `ACCELBACKENDS_DISABLE` takes it.
+        distribution: The installed package that provides it.
+        version: That package's version.
+        status: `active`, `blocked` or `failed`.
+        error: Why it failed or was blocked; empty when active.
+        builtin: Whether it ships with accelbackends.
+    """
 
     name: str
     distribution: str

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import accelbackends
+from accelbackends import plugin, testing
 from accelbackends.cli import _parser
 from accelbackends.plugin import config, hookspecs
+from accelbackends.testing import pytest_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -81,12 +84,16 @@ def test_every_hook_signature_matches_its_documented_parameters() -> None:
         assert documented == actual, f"{name}: documented {documented}, takes {actual}"
 
 
-def _documented_arguments(doc: str) -> set[str]:
-    """The names listed in a Google-style docstring's `Args:` section."""
-    section = re.search(r"^Args:\n((?:(?: {4}.*)?\n)+)", doc + "\n", flags=re.MULTILINE)
+def _section_names(doc: str, title: str) -> set[str]:
+    """The names listed in a Google-style docstring's section (`Args:`, `Attributes:`)."""
+    section = re.search(rf"^{title}:\n((?:(?: {{4}}.*)?\n)+)", doc + "\n", flags=re.MULTILINE)
     if section is None:
         return set()
     return set(re.findall(r"^ {4}\*{0,2}(\w+)(?: \(.*\))?:", section.group(1), re.MULTILINE))
+
+
+def _documented_arguments(doc: str) -> set[str]:
+    return _section_names(doc, "Args")
 
 
 def _options(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
@@ -170,3 +177,18 @@ def test_the_rest_markup_check_finds_roles_and_fields() -> None:
     found = [m.group(0).strip() for m in _REST_MARKUP.finditer(doc)]
     assert found == [":func:`", ":class:`", ":param"]
     assert not _REST_MARKUP.search("Use [`init`][accelbackends.init] with `x: int`; `a::b`.")
+
+
+def test_every_field_of_a_public_dataclass_is_documented_in_its_attributes_section() -> None:
+    modules = [accelbackends, plugin, testing, pytest_plugin]
+    modules += [m for m in map(vars(plugin).get, plugin.__all__) if inspect.ismodule(m)]
+    public = [getattr(m, name) for m in modules for name in m.__all__ if name != "__version__"]
+    undocumented = {
+        cls.__name__: sorted(
+            {f.name for f in dataclasses.fields(cls)}
+            - _section_names(inspect.getdoc(cls) or "", "Attributes")
+        )
+        for cls in public
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls)
+    }
+    assert {name: fields for name, fields in undocumented.items() if fields} == {}

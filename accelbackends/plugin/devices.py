@@ -51,9 +51,13 @@ _HABANA_FORMS = "comma-separated module IDs (0,1,2,3)"
 class Visible:
     """What a visible-devices variable lets this process see.
 
-    ``variable`` is None where no variable restricts the devices. ``entries`` are the items as
-    written (``("0", "2")``, ``("GPU-8f3c…",)``); ``limit`` caps how many of them a runtime
-    uses (CUDA enumerates a single MIG device per process).
+    Attributes:
+        variable: The variable that restricts the devices (`CUDA_VISIBLE_DEVICES` ...), or None
+            where none does.
+        value: The variable's value, as set.
+        entries: The items as written (`("0", "2")`, `("GPU-8f3c…",)`).
+        limit: How many of the entries a runtime uses at most (CUDA enumerates a single MIG
+            device per process), or None for all of them.
     """
 
     variable: str | None = None
@@ -63,6 +67,7 @@ class Visible:
 
     @property
     def restricted(self) -> bool:
+        """Whether a variable restricts the devices."""
         return self.variable is not None
 
     def count(self, physical: int) -> int:

@@ -46,7 +46,13 @@ ENV = "FAKESTACK_NVML"
 
 @dataclass(frozen=True)
 class FakeGpu:
-    """A GPU the fake NVML lists; ``mig`` are the UUIDs of its MIG devices (MIG on if any)."""
+    """A GPU the fake NVML lists.
+
+    Attributes:
+        uuid: Its UUID, as `nvmlDeviceGetUUID` returns it.
+        name: Its product name.
+        mig: The UUIDs of its MIG devices; MIG is on when there is any.
+    """
 
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     name: str = "NVIDIA H100 80GB HBM3"

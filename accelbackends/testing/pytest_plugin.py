@@ -237,9 +237,14 @@ def accelbackends_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Di
 class RankReport:
     """One rank's exit status, output, and the report it printed.
 
-    ``report`` is what ``python -m accelbackends.testing.rank_program`` prints (rank, accelerator,
-    backend, process-group backend, device, the sums of its all-reduces, ...), or
-    ``{"error": {"type": ..., "message": ...}}`` when the rank failed.
+    Attributes:
+        rank: The rank.
+        returncode: Its exit status (negative: killed by that signal).
+        stdout: What it printed on stdout.
+        stderr: What it printed on stderr.
+        report: What `python -m accelbackends.testing.rank_program` printed (rank, accelerator,
+            backend, process-group backend, device, the sums of its all-reduces, ...), or
+            `{"error": {"type": ..., "message": ...}}` when the rank failed.
     """
 
     rank: int
@@ -250,6 +255,7 @@ class RankReport:
 
     @property
     def error(self) -> dict[str, Any] | None:
+        """The report's `error` (its `type` and `message`), or None when the rank succeeded."""
         error: dict[str, Any] | None = self.report.get("error")
         return error
 
