@@ -23,6 +23,12 @@ def detect(*, registry: Registry | None = None) -> tuple[AcceleratorStatus, ...]
 
     Cheap: runs each plugin's fast probe once per process (cached); never imports torch or a
     vendor runtime.
+
+    Args:
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        Every declared accelerator with its verdict, sorted by name.
     """
     return (registry or default_registry()).detect()
 
