@@ -131,11 +131,12 @@ def test_public_names_have_docstrings() -> None:
     assert undocumented == []
 
 
-# A reST role (`:class:`…``) or field (`:param x:`) is printed raw by the reference, which
-# renders Google-style docstrings written in Markdown.
+# A reST role (`:class:`…``), field (`:param x:`) or literal block (a line ending in `::`) is
+# printed raw by the reference, which renders Google-style docstrings written in Markdown.
 _REST_MARKUP = re.compile(
     r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const|ref|doc|term|envvar):`"
-    r"|^\s*:(?:param|type|returns?|rtype|raises?|ivar|cvar|var)\b",
+    r"|^\s*:(?:param|type|returns?|rtype|raises?|ivar|cvar|var)\b"
+    r"|\S::$",
     flags=re.MULTILINE,
 )
 
@@ -173,9 +174,9 @@ def test_no_public_docstring_uses_rest_markup_which_the_reference_would_print_ra
 
 
 def test_the_rest_markup_check_finds_roles_and_fields() -> None:
-    doc = "Use :func:`init` or :class:`~accelbackends.Context`.\n\n:param x: a value\n"
+    doc = "Use :func:`init` or :class:`~accelbackends.Context`::\n\n    x()\n\n:param x: a\n"
     found = [m.group(0).strip() for m in _REST_MARKUP.finditer(doc)]
-    assert found == [":func:`", ":class:`", ":param"]
+    assert found == [":func:`", ":class:`", "`::", ":param"]
     assert not _REST_MARKUP.search("Use [`init`][accelbackends.init] with `x: int`; `a::b`.")
 
 

@@ -1,11 +1,13 @@
 """Fake launchers: the environment variables a launcher gives one rank, for ``Registry(env=...)``.
 
 A test of cluster-aware code needs the variables ``torchrun``, ``srun`` or ``mpirun`` would set,
-for one rank of a job of a given shape, without running the launcher::
+for one rank of a job of a given shape, without running the launcher:
 
-    env = launcher_env("slurm", rank=5, world_size=8, local_world_size=4)
-    cluster = accelbackends.Registry(env=env).cluster_environment()
-    assert (cluster.launcher, cluster.node_rank, cluster.local_rank) == ("slurm", 1, 1)
+```python
+env = launcher_env("slurm", rank=5, world_size=8, local_world_size=4)
+cluster = accelbackends.Registry(env=env).cluster_environment()
+assert (cluster.launcher, cluster.node_rank, cluster.local_rank) == ("slurm", 1, 1)
+```
 
 `clean_environment` removes such variables (and every ``ACCELBACKENDS_*`` one) from a
 mapping, so that a test does not see the shell it was started from.

@@ -2,10 +2,12 @@
 
 Select it with ``ACCELBACKENDS_NVML=accelbackends.testing.nvml``; the probe then asks it
 instead of the real NVML, whatever its root. Say which GPUs it lists with `configure` in
-this process, or with the ``FAKESTACK_NVML`` variable (from `environment`) in a child::
+this process, or with the ``FAKESTACK_NVML`` variable (from `environment`) in a child:
 
-    nvml.configure([nvml.FakeGpu(uuid="GPU-1111")], driver="550.54.15")
-    probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
+```python
+nvml.configure([nvml.FakeGpu(uuid="GPU-1111")], driver="550.54.15")
+probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
+```
 
 Handles are plain values: an int for a GPU, ``(gpu, slot)`` for a MIG device.
 """

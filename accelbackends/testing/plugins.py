@@ -3,10 +3,12 @@
 A plugin under test does not have to be installed to be tested: register it inline in a fresh
 registry. Where the entry-point path itself is under test (loading by name, blocking, the
 allow-list, a child process that must find the plugin), `install_distribution` writes the
-``*.dist-info`` that ``pip install`` would, with its entry points, into a directory::
+``*.dist-info`` that ``pip install`` would, with its entry points, into a directory:
 
-    spec = fake_accelerator("myaccel", priority=50)
-    registry = accelbackends.Registry(env={}, plugins=[("mine", InlinePlugin(spec))])
+```python
+spec = fake_accelerator("myaccel", priority=50)
+registry = accelbackends.Registry(env={}, plugins=[("mine", InlinePlugin(spec))])
+```
 
 Nothing here imports torch; a fake accelerator's ``bind`` imports it when it runs.
 """

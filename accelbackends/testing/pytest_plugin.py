@@ -75,10 +75,12 @@ def accelbackends_clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     group made by [`accelbackends.init`][accelbackends.init] (if any) is destroyed and the
     registry forgotten.
 
-    Make it autouse in your own ``conftest.py`` to isolate every test from the shell::
+    Make it autouse in your own ``conftest.py`` to isolate every test from the shell:
 
-        @pytest.fixture(autouse=True)
-        def _isolated(accelbackends_clean_env): ...
+    ```python
+    @pytest.fixture(autouse=True)
+    def _isolated(accelbackends_clean_env): ...
+    ```
     """
     kept = clean_environment(os.environ)
     for key in list(os.environ):
