@@ -193,3 +193,17 @@ def test_every_field_of_a_public_dataclass_is_documented_in_its_attributes_secti
         if isinstance(cls, type) and dataclasses.is_dataclass(cls)
     }
     assert {name: fields for name, fields in undocumented.items() if fields} == {}
+
+
+def test_the_docs_site_needs_no_other_host_to_render() -> None:
+    """Air-gapped clusters read the docs offline: no diagram drawn by a script from a CDN, no
+    web fonts, no script or style sheet from another host."""
+    config_text = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^\s+font: false$", config_text, flags=re.MULTILINE)
+    assert not re.search(r"extra_(?:javascript|css):(?:\n\s+- .*)*https?://", config_text)
+    fenced = [p.name for p in DOCS.rglob("*.md") if "```mermaid" in p.read_text()]
+    assert fenced == []
+    for page in DOCS.rglob("*.md"):
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text()):
+            assert not image.startswith(("http:", "https:")), (page.name, image)
+            assert (page.parent / image).is_file(), (page.name, image)
