@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Choice,
         ClusterInfo,
         Detection,
+        Locality,
         OptionsRequest,
         Probe,
     )
@@ -67,6 +68,7 @@ _EXPORTS = {
             "Choice",
             "ClusterInfo",
             "Detection",
+            "Locality",
             "OptionsRequest",
             "Probe",
         ),
@@ -102,6 +104,7 @@ __all__ = [
     "Context",
     "Detection",
     "InitError",
+    "Locality",
     "OptionsRequest",
     "PluginError",
     "PluginInfo",

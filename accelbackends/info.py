@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from . import config
+from . import affinity, config
 from ._text import aligned
 from .accelerators._packages import installed
 from .registry import Registry
@@ -75,6 +75,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             "master_port": cluster.master_port,
             "sources": dict(cluster.sources),
         },
+        "cpu_affinity": affinity.collect(registry, selection.status, cluster),
         "overrides": config.overrides(registry.env),
         "versions": {
             "python": platform.python_version(),
@@ -133,6 +134,7 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += aligned(rows, "  ")
     lines.append("")
+    lines += [*affinity.render(report["cpu_affinity"]), ""]
     plugins = report["plugins"]
     lines.append(
         "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"

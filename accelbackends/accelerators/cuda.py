@@ -17,9 +17,18 @@ from .. import config
 from .._text import plural
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
+from ..spec import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    Detection,
+    Locality,
+    OptionsRequest,
+    Probe,
+)
 from . import _sysfs
 from ._devices import Visible, cuda_visible, device_index, rocm_visible
+from ._locality import pci_locality, visible_localities
 from ._nvml import Gpu, NvmlReport, query
 from ._packages import TorchBuild, torch_build
 
@@ -56,6 +65,7 @@ _DEVICE_ID_FROM = (2, 3)
 _ERROR_HANDLING_VARIABLES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 _ERROR_HANDLING_DEFAULT = "3"
 
+_AMD_VENDOR = "0x1002"
 _PCI_ADDRESS = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
 
 
@@ -219,6 +229,38 @@ def _detect(probe: Probe) -> Detection:
     return verdict(find_hardware(probe), torch_build(packages), probe.env)
 
 
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each GPU's PCI function in sysfs, in PCI order (NVML's order, and CUDA's with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or identical GPUs), then through the visible-devices
+    variable."""
+    build = torch_build(probe.packages)
+    try:
+        if build is not None and build.hip is not None:
+            cards = [
+                card / "device"
+                for card in _sysfs.listing(probe.path("/sys/class/drm"), r"card\d+")
+                if (_sysfs.read(card / "device" / "vendor") or "").lower() == _AMD_VENDOR
+            ]
+            return visible_localities([pci_locality(c) for c in cards], rocm_visible(probe.env))
+        visible = cuda_visible(probe.env)
+    except ConfigError:
+        return []  # init() refuses the variable; there is nothing to plan
+    addresses = [
+        entry.name for entry in _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    ]
+    physical = [
+        pci_locality(probe.path(f"/sys/bus/pci/devices/{address}"), address)
+        for address in addresses
+    ]
+
+    def by_uuid(entry: str) -> int | None:
+        gpus = query(probe).gpus or ()
+        found = [i for i, gpu in enumerate(gpus) if gpu.uuid.startswith(entry)]
+        return found[0] if len(found) == 1 else None
+
+    return visible_localities(physical, visible, by_uuid)
+
+
 def _confirm() -> str | None:
     import torch
 
@@ -314,6 +356,7 @@ SPEC = AcceleratorSpec(
     backend_options=_backend_options,
     confirm=_confirm,
     description="NVIDIA (CUDA) and AMD (ROCm) GPUs with NCCL/RCCL",
+    locality=_locality,
 )
 
 

@@ -20,9 +20,18 @@ from typing import Any
 
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
+from ..spec import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    Detection,
+    Locality,
+    OptionsRequest,
+    Probe,
+)
 from . import _sysfs
 from ._devices import Visible, device_index, habana_visible
+from ._locality import pci_locality, visible_localities
 from ._packages import Installed, installed
 
 __all__ = [
@@ -125,6 +134,22 @@ def _detect(probe: Probe) -> Detection:
         installed(_ASCEND, paths=probe.packages),
         probe.env,
     )
+
+
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each module's PCI function, indexed by module ID (local rank *i* takes module *i*, or
+    entry *i* of ``HABANA_VISIBLE_MODULES``)."""
+    by_module: dict[int, Locality | None] = {}
+    for entry in _sysfs.listing(probe.path("/sys/class/accel"), r"accel\d+"):
+        device = entry / "device"
+        module = _sysfs.read(device / "module_id") or ""
+        if (_sysfs.read(device / "vendor") or "").lower() == HABANA_VENDOR and module.isdigit():
+            by_module[int(module)] = pci_locality(device, entry.name)
+    physical = [by_module.get(index) for index in range(max(by_module, default=-1) + 1)]
+    try:
+        return visible_localities(physical, habana_visible(probe.env))
+    except ConfigError:
+        return []
 
 
 def _confirm() -> str | None:
@@ -235,6 +260,7 @@ SPEC = AcceleratorSpec(
     backend_options=_backend_options,
     confirm=_confirm,
     description="Intel Gaudi (Habana) accelerators with HCCL",
+    locality=_locality,
 )
 
 

@@ -18,9 +18,18 @@ from typing import Any
 from .. import config
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
+from ..spec import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    Detection,
+    Locality,
+    OptionsRequest,
+    Probe,
+)
 from . import _sysfs
 from ._devices import device_index, ze_visible
+from ._locality import pci_locality, visible_localities
 from ._packages import Installed, TorchBuild, installed, torch_build
 
 __all__ = [
@@ -153,6 +162,19 @@ def _detect(probe: Probe) -> Detection:
     )
 
 
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each render node's PCI function, through ``ZE_AFFINITY_MASK`` (a sub-device sits where
+    its device does)."""
+    physical = [
+        pci_locality(probe.path(f"/sys/class/drm/{gpu.node}/device"), gpu.slot or gpu.node)
+        for gpu in find_gpus(probe)
+    ]
+    try:
+        return visible_localities(physical, ze_visible(probe.env))
+    except ConfigError:
+        return []
+
+
 def _confirm() -> str | None:
     import torch
 
@@ -246,6 +268,7 @@ def make_spec(packages: Sequence[str] | None = None) -> AcceleratorSpec:
         backend_options=_backend_options,
         confirm=_confirm,
         description="Intel GPUs with xccl (torch >= 2.8) or oneCCL",
+        locality=_locality,
     )
 
 
