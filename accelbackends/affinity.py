@@ -266,10 +266,10 @@ def plan(
     allowed = topology.allowed
     nodes = {n: cpus & allowed for n, cpus in sorted(topology.nodes.items()) if cpus & allowed}
     ranks: list[RankPlan] = []
-    if device_type != "cpu" and not localities:
+    if device_type != "cpu" and not any(localities or ()):
         notes.append(
             f"the {accelerator} devices report no locality"
-            + ("" if localities is None else " (none found in sysfs)")
+            + ("" if localities is None else " (their NUMA node is not in sysfs)")
             + ": ranks are not placed near their devices"
         )
     for rank in range(local_world_size):
@@ -423,10 +423,7 @@ def pinned(
 def collect(registry: Registry, status: AcceleratorStatus, cluster: ClusterInfo) -> dict[str, Any]:
     """The plan as plain data for ``info --json``: for this node's local ranks (the launcher's
     count, else one rank per device, or one CPU rank)."""
-    try:
-        mode = resolve_mode(None, registry.env)
-    except ConfigError as exc:
-        return {"mode": None, "error": str(exc)}
+    mode = resolve_mode(None, registry.env)  # a bad value is bad input: info exits 2
     ranks = cluster.local_world_size
     if cluster.launcher == "single" and status.spec.device_type != "cpu":
         ranks = max(1, status.detection.device_count)
@@ -469,8 +466,6 @@ def render(report: Mapping[str, Any]) -> list[str]:
     """The plan as lines for ``info``."""
     from ._text import aligned, plural
 
-    if report.get("mode") is None:
-        return [f"cpu affinity: {report['error']}"]
     ranks = report["local_world_size"]
     who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"
     if report["applied"]:

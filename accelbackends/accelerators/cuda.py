@@ -245,9 +245,9 @@ def _locality(probe: Probe) -> list[Locality | None]:
         visible = cuda_visible(probe.env)
     except ConfigError:
         return []  # init() refuses the variable; there is nothing to plan
-    addresses = [
-        entry.name for entry in _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
-    ]
+    # Fixed-width hex: plain string order is PCI order (a natural sort puts 1a before 17).
+    listed = _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    addresses = sorted(entry.name.lower() for entry in listed)
     physical = [
         pci_locality(probe.path(f"/sys/bus/pci/devices/{address}"), address)
         for address in addresses
