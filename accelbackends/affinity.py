@@ -387,6 +387,11 @@ def pinned(
     if mode == OFF:
         yield None
         return
+    if not hasattr(os, "sched_setaffinity"):
+        raise ConfigError(
+            f"{_mode_label(mode)}: this platform has no os.sched_setaffinity (Linux only); "
+            "leave CPU affinity off here"
+        )
     import torch
 
     from .accelerators.cpu import intra_op_threads

@@ -24,6 +24,7 @@ from accelbackends.spec import (
     ClusterInfo,
     Detection,
     Locality,
+    Probe,
 )
 from accelbackends.testing import FakeTree
 
@@ -47,7 +48,9 @@ def two_socket_gpu_node(tmp_path: Path, *, smt: bool = True) -> FakeTree:
     )
 
 
-def gpu_plan(tree: FakeTree, mode: str, ranks: int, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def gpu_plan(
+    tree: FakeTree, mode: str, ranks: int, env: dict[str, str] | None = None
+) -> affinity.Plan:
     probe = tree.probe(env)
     assert cuda.SPEC.locality is not None
     return plan(
@@ -60,6 +63,14 @@ def gpu_plan(tree: FakeTree, mode: str, ranks: int, env: dict[str, str] | None =
     )
 
 
+def _unavailable(probe: Probe) -> Detection:
+    return Detection(False)
+
+
+def _unbound(request: object) -> None:
+    return None
+
+
 def status_of(spec: AcceleratorSpec, devices: int) -> AcceleratorStatus:
     return AcceleratorStatus(spec, spec.name, "", "", Detection(True, devices, "test"))
 
@@ -68,7 +79,7 @@ def status_of(spec: AcceleratorSpec, devices: int) -> AcceleratorStatus:
 
 
 def test_cpulists_parse_and_format_as_the_kernel_writes_them() -> None:
-    assert parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpulist("0-3,8,10-11\n") == frozenset({0, 1, 2, 3, 8, 10, 11})
     assert format_cpulist({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
     assert parse_cpulist("") == frozenset()
     assert parse_cpulist("3-1") is None and parse_cpulist("0-63:2/8") is None
@@ -129,8 +140,8 @@ def test_a_locality_that_is_not_callable_is_refused_at_declaration() -> None:
             1,
             ("gloo",),
             "gloo",
-            detect=print,
-            bind=print,
+            detect=_unavailable,
+            bind=_unbound,
             locality="numa",  # type: ignore[arg-type]
         )
 
@@ -220,7 +231,7 @@ def test_a_plugin_whose_locality_raises_is_named_and_planned_without_it(tmp_path
         raise OSError("sysfs went away")
 
     spec = AcceleratorSpec(
-        "odd", "odd", 1, ("gloo",), "gloo", detect=print, bind=print, locality=broken
+        "odd", "odd", 1, ("gloo",), "gloo", detect=_unavailable, bind=_unbound, locality=broken
     )
     registry = accelbackends.Registry(env={}, root=FakeTree(tmp_path).cpus().root)
     result = plan_for(registry, status_of(spec, 1), 1, "numa")
