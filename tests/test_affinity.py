@@ -470,6 +470,7 @@ def test_check_follows_the_variable(cli: Cli) -> None:
         env={CPU_AFFINITY: "exclusive"},
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["ok"]
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["cpu_affinity"] == "exclusive"
     bad = cli("check", "--nproc", "2", env={CPU_AFFINITY: "sockets"})
     assert bad.returncode == 2 and CPU_AFFINITY in bad.stderr
