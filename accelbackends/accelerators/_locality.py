@@ -16,7 +16,8 @@ from ..spec import Locality
 from . import _sysfs
 from ._devices import Visible
 
-__all__ = ["format_cpulist", "parse_cpulist", "pci_locality", "visible_localities"]
+# Locality is re-exported so that a plugin gets the type and the helpers from one import.
+__all__ = ["Locality", "format_cpulist", "parse_cpulist", "pci_locality", "visible_localities"]
 
 
 def parse_cpulist(text: str | None) -> frozenset[int] | None:

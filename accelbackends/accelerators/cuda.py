@@ -17,18 +17,10 @@ from .. import config
 from .._text import plural
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import (
-    AcceleratorSpec,
-    BackendOptions,
-    BindRequest,
-    Detection,
-    Locality,
-    OptionsRequest,
-    Probe,
-)
+from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
 from . import _sysfs
 from ._devices import Visible, cuda_visible, device_index, rocm_visible
-from ._locality import pci_locality, visible_localities
+from ._locality import Locality, pci_locality, visible_localities
 from ._nvml import Gpu, NvmlReport, query
 from ._packages import TorchBuild, torch_build
 

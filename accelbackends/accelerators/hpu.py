@@ -20,18 +20,10 @@ from typing import Any
 
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import (
-    AcceleratorSpec,
-    BackendOptions,
-    BindRequest,
-    Detection,
-    Locality,
-    OptionsRequest,
-    Probe,
-)
+from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
 from . import _sysfs
 from ._devices import Visible, device_index, habana_visible
-from ._locality import pci_locality, visible_localities
+from ._locality import Locality, pci_locality, visible_localities
 from ._packages import Installed, installed
 
 __all__ = [

@@ -18,18 +18,10 @@ from typing import Any
 from .. import config
 from ..errors import ConfigError, InitError
 from ..hookspecs import hookimpl
-from ..spec import (
-    AcceleratorSpec,
-    BackendOptions,
-    BindRequest,
-    Detection,
-    Locality,
-    OptionsRequest,
-    Probe,
-)
+from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
 from . import _sysfs
 from ._devices import device_index, ze_visible
-from ._locality import pci_locality, visible_localities
+from ._locality import Locality, pci_locality, visible_localities
 from ._packages import Installed, TorchBuild, installed, torch_build
 
 __all__ = [
