@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import config
+from ._text import plural
 from .accelerators import _sysfs
 from .accelerators._locality import format_cpulist, parse_cpulist
 from .errors import AccelBackendsWarning, ConfigError, describe
@@ -305,7 +306,14 @@ def plan(
         groups.setdefault(entry.cpus, []).append(entry.local_rank)
     taken: set[int] = set()
     for near, members in sorted(groups.items(), key=lambda item: (len(item[0]), min(item[0]))):
-        pool = near - taken or near
+        pool = near - taken
+        if not pool:
+            pool = near
+            notes.append(
+                f"local {plural(len(members), 'rank')} {', '.join(map(str, members))} "
+                f"{'has' if len(members) == 1 else 'have'} no CPUs left that other ranks do "
+                f"not use, and share {format_cpulist(near)} with them"
+            )
         shares = split(pool, topology.cores, len(members))
         if shares is None:
             problem = (
@@ -469,7 +477,7 @@ def collect(registry: Registry, status: AcceleratorStatus, cluster: ClusterInfo)
 
 def render(report: Mapping[str, Any]) -> list[str]:
     """The plan as lines for ``info``."""
-    from ._text import aligned, plural
+    from ._text import aligned
 
     ranks = report["local_world_size"]
     who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"

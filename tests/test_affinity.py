@@ -474,3 +474,19 @@ def test_check_follows_the_variable(cli: Cli) -> None:
     assert report["ok"] and report["cpu_affinity"] == "exclusive"
     bad = cli("check", "--nproc", "2", env={CPU_AFFINITY: "sockets"})
     assert bad.returncode == 2 and CPU_AFFINITY in bad.stderr
+
+
+def test_ranks_left_without_free_cpus_are_said_to_share(tmp_path: Path) -> None:
+    topology = read_topology(FakeTree(tmp_path).cpus(sockets=2, cores=1).probe())
+    result = plan(
+        "exclusive",
+        topology,
+        3,
+        accelerator="odd",
+        device_type="odd",
+        localities=[Locality(0, None, "card0"), Locality(1, None, "card1"), None],
+    )
+    assert [format_cpulist(r.cpus) for r in result.ranks] == ["0", "1", "0-1"]
+    assert "local rank 2 has no CPUs left that other ranks do not use, and share 0-1" in (
+        " ".join(result.notes)
+    )
