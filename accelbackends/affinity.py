@@ -29,12 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import config
-from ._text import plural
-from .accelerators import _sysfs
-from .accelerators._locality import format_cpulist, parse_cpulist
-from .errors import AccelBackendsWarning, ConfigError, describe
-from .spec import AcceleratorStatus, BindRequest, ClusterInfo, Locality, Probe
+from .plugin import config, sysfs
+from .plugin.errors import AccelBackendsWarning, ConfigError, describe
+from .plugin.locality import format_cpulist, parse_cpulist
+from .plugin.text import plural
+from .plugin.types import AcceleratorStatus, BindRequest, ClusterInfo, Locality, Probe
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -130,7 +129,7 @@ class Topology:
 
 def _cgroup_cpuset(probe: Probe) -> tuple[frozenset[int] | None, str]:
     """The effective cpuset of this process's cgroup (v2, else v1), and the file it came from."""
-    for line in (_sysfs.read(probe.path("/proc/self/cgroup")) or "").splitlines():
+    for line in (sysfs.read(probe.path("/proc/self/cgroup")) or "").splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hierarchy == "0" and not controllers:
@@ -141,7 +140,7 @@ def _cgroup_cpuset(probe: Probe) -> tuple[frozenset[int] | None, str]:
         else:
             continue
         for candidate in candidates:
-            cpus = parse_cpulist(_sysfs.read(probe.path(candidate)))
+            cpus = parse_cpulist(sysfs.read(probe.path(candidate)))
             if cpus:
                 return cpus, candidate
     return None, ""
@@ -160,7 +159,7 @@ def allowed_cpus(probe: Probe, online: frozenset[int] | None = None) -> tuple[fr
         if _pinned_from is not None and mask == _pinned_from[1]:
             mask, source = _pinned_from[0], "the affinity mask before init() pinned it"
     if mask is None:
-        status = _sysfs.read_keyed(probe.path("/proc/self/status"), ":")
+        status = sysfs.read_keyed(probe.path("/proc/self/status"), ":")
         mask = parse_cpulist(status.get("Cpus_allowed_list"))
         source = "Cpus_allowed_list in /proc/self/status"
     if not mask:
@@ -175,8 +174,8 @@ def read_topology(probe: Probe, allowed: frozenset[int] | None = None) -> Topolo
     """CPUs, SMT siblings and NUMA nodes under the probe's root; ``allowed`` injects the
     process's allowed CPUs (otherwise :func:`allowed_cpus`)."""
     cpu_dir = probe.path("/sys/devices/system/cpu")
-    online = parse_cpulist(_sysfs.read(cpu_dir / "online")) or frozenset(
-        int(entry.name[3:]) for entry in _sysfs.listing(cpu_dir, r"cpu\d+")
+    online = parse_cpulist(sysfs.read(cpu_dir / "online")) or frozenset(
+        int(entry.name[3:]) for entry in sysfs.listing(cpu_dir, r"cpu\d+")
     )
     source = "given"
     if allowed is None:
@@ -184,12 +183,12 @@ def read_topology(probe: Probe, allowed: frozenset[int] | None = None) -> Topolo
     online = online or allowed
     cores: dict[frozenset[int], None] = {}
     for cpu in sorted(online):
-        siblings = parse_cpulist(_sysfs.read(cpu_dir / f"cpu{cpu}/topology/thread_siblings_list"))
+        siblings = parse_cpulist(sysfs.read(cpu_dir / f"cpu{cpu}/topology/thread_siblings_list"))
         group = (siblings or frozenset()) & online or frozenset({cpu})
         cores.setdefault(group | {cpu}, None)
     nodes: dict[int, frozenset[int]] = {}
-    for node in _sysfs.listing(probe.path("/sys/devices/system/node"), r"node\d+"):
-        cpus = parse_cpulist(_sysfs.read(node / "cpulist"))
+    for node in sysfs.listing(probe.path("/sys/devices/system/node"), r"node\d+"):
+        cpus = parse_cpulist(sysfs.read(node / "cpulist"))
         if cpus:
             nodes[int(node.name[4:])] = cpus
     return Topology(online, allowed, source, tuple(cores), nodes)
@@ -477,7 +476,7 @@ def collect(registry: Registry, status: AcceleratorStatus, cluster: ClusterInfo)
 
 def render(report: Mapping[str, Any]) -> list[str]:
     """The plan as lines for ``info``."""
-    from ._text import aligned
+    from .plugin.text import aligned
 
     ranks = report["local_world_size"]
     who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"

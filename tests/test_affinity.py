@@ -15,17 +15,17 @@ import pytest
 import accelbackends
 from accelbackends import affinity, info
 from accelbackends.accelerators import cuda, hpu, xpu
-from accelbackends.accelerators._locality import format_cpulist, parse_cpulist
 from accelbackends.affinity import CPU_AFFINITY, plan, plan_for, read_topology
-from accelbackends.errors import ConfigError
-from accelbackends.spec import (
+from accelbackends.plugin import (
     AcceleratorSpec,
     AcceleratorStatus,
     ClusterInfo,
+    ConfigError,
     Detection,
     Locality,
     Probe,
 )
+from accelbackends.plugin.locality import format_cpulist, parse_cpulist
 from accelbackends.testing import FakeTree
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]

@@ -13,16 +13,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
-from .._text import plural
-from ..errors import ConfigError, InitError
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
-from . import _sysfs
-from ._devices import Visible, cuda_visible, device_index, rocm_visible
-from ._locality import Locality, pci_locality, visible_localities
+from ..plugin import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    ConfigError,
+    Detection,
+    InitError,
+    Locality,
+    OptionsRequest,
+    Probe,
+    config,
+    gloo_or,
+    hookimpl,
+    sysfs,
+)
+from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin.locality import pci_locality, visible_localities
+from ..plugin.packages import TorchBuild, torch_build
+from ..plugin.text import plural
 from ._nvml import Gpu, NvmlReport, query
-from ._packages import TorchBuild, torch_build
 
 __all__ = [
     "EAGER_INIT",
@@ -87,23 +97,23 @@ def _nvidia(probe: Probe) -> tuple[int, str, tuple[Gpu, ...] | None, str]:
         detail = ", ".join([*names, f"driver {report.driver}"] if report.driver else names)
         return len(report.gpus), f"via NVML ({detail})", report.gpus, ""
     nvml = "NVML lists none" if report.gpus is not None else report.error
-    listed = _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    listed = sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
     if listed:
         return len(listed), "in /proc/driver/nvidia/gpus", None, nvml
-    nodes = _sysfs.listing(probe.path("/dev"), r"nvidia\d+")
+    nodes = sysfs.listing(probe.path("/dev"), r"nvidia\d+")
     if nodes:
         return len(nodes), "as /dev/nvidia* device nodes", None, nvml
     return 0, "", None, f"{nvml}; no /proc/driver/nvidia/gpus or /dev/nvidia*"
 
 
 def _amd(probe: Probe) -> tuple[int, str]:
-    if not _sysfs.exists(probe.path("/dev/kfd")):
+    if not sysfs.exists(probe.path("/dev/kfd")):
         return 0, "no /dev/kfd"
-    nodes = _sysfs.listing(probe.path("/sys/class/kfd/kfd/topology/nodes"), r"\d+")
+    nodes = sysfs.listing(probe.path("/sys/class/kfd/kfd/topology/nodes"), r"\d+")
     gpus = 0
     for node in nodes:
         # CPU nodes of the KFD topology have no SIMD units.
-        simd = _sysfs.read_keyed(node / "properties").get("simd_count", "0")
+        simd = sysfs.read_keyed(node / "properties").get("simd_count", "0")
         if simd.isdigit() and int(simd) > 0:
             gpus += 1
     if not gpus:
@@ -230,15 +240,15 @@ def _locality(probe: Probe) -> list[Locality | None]:
         if build is not None and build.hip is not None:
             cards = [
                 card / "device"
-                for card in _sysfs.listing(probe.path("/sys/class/drm"), r"card\d+")
-                if (_sysfs.read(card / "device" / "vendor") or "").lower() == _AMD_VENDOR
+                for card in sysfs.listing(probe.path("/sys/class/drm"), r"card\d+")
+                if (sysfs.read(card / "device" / "vendor") or "").lower() == _AMD_VENDOR
             ]
             return visible_localities([pci_locality(c) for c in cards], rocm_visible(probe.env))
         visible = cuda_visible(probe.env)
     except ConfigError:
         return []  # init() refuses the variable; there is nothing to plan
     # Fixed-width hex: plain string order is PCI order (a natural sort puts 1a before 17).
-    listed = _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    listed = sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
     addresses = sorted(entry.name.lower() for entry in listed)
     physical = [
         pci_locality(probe.path(f"/sys/bus/pci/devices/{address}"), address)
@@ -323,9 +333,8 @@ def nccl_options(request: OptionsRequest, torch_version: str) -> BackendOptions:
     )
 
 
+@gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
-    if request.backend == "gloo":
-        return BackendOptions("gloo", request.timeout)
     import torch
     import torch.distributed as dist
 

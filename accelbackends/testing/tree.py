@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ..spec import Probe
+from ..plugin.types import Probe
 
 __all__ = ["FakeTree"]
 
@@ -228,6 +228,6 @@ class FakeTree:
 
 
 def _cpulist(cpus: Iterable[int]) -> str:
-    from ..accelerators._locality import format_cpulist
+    from ..plugin.locality import format_cpulist
 
     return format_cpulist(cpus)

@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..spec import Locality
-from . import _sysfs
-from ._devices import Visible
+from . import sysfs
+from .devices import Visible
+from .types import Locality
 
-# Locality is re-exported so that a plugin gets the type and the helpers from one import.
-__all__ = ["Locality", "format_cpulist", "parse_cpulist", "pci_locality", "visible_localities"]
+__all__ = ["format_cpulist", "parse_cpulist", "pci_locality", "visible_localities"]
 
 
 def parse_cpulist(text: str | None) -> frozenset[int] | None:
@@ -61,12 +60,12 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 def pci_locality(device: Path, source: str | None = None) -> Locality | None:
     """The NUMA node (``numa_node``; -1 means the platform does not say) and local CPUs
     (``local_cpulist``) of a PCI function's sysfs directory; None where neither is readable."""
-    node_text = _sysfs.read(device / "numa_node")
+    node_text = sysfs.read(device / "numa_node")
     node = int(node_text) if node_text is not None and node_text.isdigit() else None
-    cpus = parse_cpulist(_sysfs.read(device / "local_cpulist"))
+    cpus = parse_cpulist(sysfs.read(device / "local_cpulist"))
     if node is None and not cpus:
         return None
-    name = source or _sysfs.target_name(device) or str(device)
+    name = source or sysfs.target_name(device) or str(device)
     return Locality(node, cpus or None, name)
 
 
