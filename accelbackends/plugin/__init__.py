@@ -13,11 +13,11 @@ imports torch at import time.
 :mod:`~accelbackends.plugin.hookspecs`, :mod:`~accelbackends.plugin.sysfs`,
 :mod:`~accelbackends.plugin.devices`, :mod:`~accelbackends.plugin.packages`,
 :mod:`~accelbackends.plugin.locality`, :mod:`~accelbackends.plugin.options`,
-:mod:`~accelbackends.plugin.config` (the ``ACCELBACKENDS_*`` variables and their strict
-parsing) and :mod:`~accelbackends.plugin.text` are public: within a major version they are neither removed nor changed incompatibly (new
-optional fields and parameters may appear, with defaults). A removal is announced one minor
-release ahead with a ``DeprecationWarning``. Names starting with ``_`` are private.
-:mod:`~accelbackends.plugin.torchcompat` follows torch: its functions stay, but what they
+:mod:`~accelbackends.plugin.config` (the ``ACCELBACKENDS_*`` variables and their strict parsing) and
+:mod:`~accelbackends.plugin.text` are public: within a major version they are neither removed nor
+changed incompatibly (new optional fields and parameters may appear, with defaults). A removal is
+announced one minor release ahead with a ``DeprecationWarning``. Names starting with ``_`` are
+private. :mod:`~accelbackends.plugin.torchcompat` follows torch: its functions stay, but what they
 return is whatever the installed torch keeps there.
 """
 
