@@ -490,3 +490,11 @@ def test_ranks_left_without_free_cpus_are_said_to_share(tmp_path: Path) -> None:
     assert "local rank 2 has no CPUs left that other ranks do not use, and share 0-1" in (
         " ".join(result.notes)
     )
+
+
+def test_a_second_init_asking_for_another_affinity_mode_is_refused() -> None:
+    ctx = accelbackends.init(accelerator="cpu", cpu_affinity="off")
+    assert (ctx.cpu_affinity, ctx.cpus) == ("off", None)
+    assert accelbackends.init(cpu_affinity=False) is ctx
+    with pytest.raises(ConfigError, match="already ran with cpu_affinity='off'"):
+        accelbackends.init(cpu_affinity="exclusive")
