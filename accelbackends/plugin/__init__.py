@@ -9,21 +9,17 @@ touches torch's private attributes). It imports nothing else from accelbackends 
 imports torch at import time.
 
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
-`types`, `errors`,
-`hookspecs`, `sysfs`,
-`devices`, `packages`,
-`options`, `config` (the
-``ACCELBACKENDS_*`` variables and their strict parsing) and `text`
-are public: within a major version they are neither removed nor changed incompatibly (new
-optional fields and parameters may appear, with defaults). A removal is announced one minor
-release ahead with a ``DeprecationWarning``. Names starting with ``_`` are private.
-`torchcompat` follows torch: its functions stay, but what they
-return is whatever the installed torch keeps there.
+`types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `options`, `config`
+(the ``ACCELBACKENDS_*`` variables and their strict parsing) and `text` are public: within a
+major version they are neither removed nor changed incompatibly (new optional fields and
+parameters may appear, with defaults). A removal is announced one minor release ahead with a
+``DeprecationWarning``. Names starting with ``_`` are private. `torchcompat` follows torch: its
+functions stay, but what they return is whatever the installed torch keeps there.
 """
 
 from __future__ import annotations
 
-from . import config, devices, options, packages, sysfs, text, torchcompat
+from . import config, devices, locality, options, packages, sysfs, text, torchcompat
 from .errors import (
     AccelBackendsError,
     AccelBackendsWarning,
@@ -47,6 +43,7 @@ from .types import (
     ClusterInfo,
     Context,
     Detection,
+    Locality,
     OptionsRequest,
     Probe,
     Selection,
@@ -65,6 +62,7 @@ __all__ = [
     "Context",
     "Detection",
     "InitError",
+    "Locality",
     "OptionsRequest",
     "PluginError",
     "PluginWarning",
@@ -79,6 +77,7 @@ __all__ = [
     "gloo_or",
     "hookimpl",
     "hookspec",
+    "locality",
     "options",
     "packages",
     "plain_options",

@@ -8,7 +8,7 @@ imports torch: detection must stay cheap and side-effect free.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ __all__ = [
     "ClusterInfo",
     "Context",
     "Detection",
+    "Locality",
     "OptionsRequest",
     "Probe",
     "Selection",
@@ -84,6 +85,22 @@ class Detection:
             )
         if not isinstance(self.reason, str):
             raise TypeError(f"Detection.reason must be a str, not {self.reason!r}")
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Where a device sits: its NUMA node and the CPUs local to it, as the OS reports them.
+
+    Attributes:
+        numa_node: The device's NUMA node, or None where the OS does not say (it reads -1 on a
+            single-node machine).
+        cpus: The CPUs local to the device, or None where the OS does not say.
+        source: What was read, for `info` (`/sys/bus/pci/devices/0000:17:00.0`).
+    """
+
+    numa_node: int | None = None
+    cpus: frozenset[int] | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ class BindRequest:
         env: The process environment.
         threads: Intra-op threads the user asked for (`init(threads=...)`), or None for the
             default.
+        cpus: The CPUs this process was pinned to by `ACCELBACKENDS_CPU_AFFINITY`, or None.
     """
 
     local_rank: int
@@ -178,6 +196,7 @@ class BindRequest:
     cluster: ClusterInfo
     env: Mapping[str, str]
     threads: int | None = None
+    cpus: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -252,6 +271,10 @@ class AcceleratorSpec:
         confirm: `confirm() -> str | None`: the deep check through torch just before binding;
             returns None when torch agrees, or the reason it does not.
         description: One line for humans, shown by `info`.
+        locality: `locality(probe) -> Sequence[Locality | None]`, optional and cheap like
+            `detect`: one entry per device the runtime will show, in its order (after the
+            visible-devices variable), None for a device whose locality is unknown. CPU affinity
+            (`ACCELBACKENDS_CPU_AFFINITY`) pins each local rank near its device from it.
     """
 
     name: str
@@ -264,6 +287,7 @@ class AcceleratorSpec:
     backend_options: Callable[[OptionsRequest], BackendOptions] | None = None
     confirm: Callable[[], str | None] | None = None
     description: str = ""
+    locality: Callable[[Probe], Sequence[Locality | None]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _ACCELERATOR_NAME.match(self.name):
@@ -289,7 +313,7 @@ class AcceleratorSpec:
         for attribute in ("detect", "bind"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable")
-        for attribute in ("backend_options", "confirm"):
+        for attribute in ("backend_options", "confirm", "locality"):
             value = getattr(self, attribute)
             if value is not None and not callable(value):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable or None")
@@ -398,6 +422,8 @@ class Context:
         cluster: The cluster description, with the variable each field came from.
         init_seconds: Wall time of the [`init`][accelbackends.init] call that made this
             context: detection to process group.
+        cpu_affinity: The CPU affinity mode (`off`, `numa`, `exclusive`, `auto`).
+        cpus: The CPUs this rank was pinned to, or None when it was not pinned.
     """
 
     rank: int
@@ -420,6 +446,8 @@ class Context:
     selection: Selection = field(repr=False, compare=False)
     cluster: ClusterInfo = field(repr=False, compare=False)
     init_seconds: float = 0.0
+    cpu_affinity: str = "off"
+    cpus: frozenset[int] | None = None
 
     @property
     def is_main(self) -> bool:
