@@ -3,13 +3,13 @@
 What is simulated: each rank is a thread (spread over a few forked processes, so that the client
 side is not one interpreter's GIL) that runs exactly what ``init()`` runs before and after
 ``init_process_group``: it connects to the store and joins
-(:func:`accelbackends.rendezvous.meet`: count in, wait until all N have), and after the process
+(`accelbackends.rendezvous.meet`: count in, wait until all N have), and after the process
 group it waits at the all-connected barrier (the store barrier ``init()`` ends with). Two stores:
 
 - ``tcp``: torch's TCP store, hosted by the parent as a launcher's agent hosts it (every rank a
   client, ``MASTER_ADDR=127.0.0.1``): what jobs started by torchrun, SLURM, MPI or plain
   ``env://`` meet through;
-- ``unix``: the Unix-socket store that :func:`accelbackends.spawn` serves from its parent.
+- ``unix``: the Unix-socket store that `accelbackends.spawn` serves from its parent.
 
 What is not: no Gloo (no process group, no tensors, no N x N connections), no accelerator, no
 plugin loading or detection (the ranks share one process's loaded registry), no network between

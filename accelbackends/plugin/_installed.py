@@ -1,7 +1,7 @@
-"""What is installed on ``sys.path``: entry points and distributions, as :mod:`importlib.metadata`
+"""What is installed on ``sys.path``: entry points and distributions, as `importlib.metadata`
 answers, remembered on disk between processes for as long as nothing on ``sys.path`` changed.
 
-Importing :mod:`importlib.metadata` (it pulls in ``email``, ``zipfile``, ``shutil``, ``bz2``,
+Importing `importlib.metadata` (it pulls in ``email``, ``zipfile``, ``shutil``, ``bz2``,
 ``lzma``, ``csv`` and ``tempfile``) and scanning every installed distribution costs a cold
 ``accelbackends info`` about as much as starting the interpreter does, twice over; the answers
 change only when something is installed, upgraded or removed. So the answers are kept in one
@@ -17,19 +17,19 @@ default), next to a *stamp* of everything they were read from:
 
 The stamp is taken afresh by every process, before anything is read (about 1 ms for 50
 distributions), and the file is used only when it matches exactly; otherwise
-:mod:`importlib.metadata` answers and the file is rewritten. A newly installed plugin is thus
+`importlib.metadata` answers and the file is rewritten. A newly installed plugin is thus
 seen by the next process, never missed. Two more rules keep it exact:
 
 - *Racy stamps*: a file system stamps modification times with a coarse clock (a kernel tick, up
   to 2 s on some), so a change made right after the stamp was taken could leave the same time.
-  Answers are therefore not written while any stamped time is less than :data:`SETTLE_SECONDS`
+  Answers are therefore not written while any stamped time is less than `SETTLE_SECONDS`
   old; the next process reads afresh.
 - *Other finders*: a meta-path finder other than the standard path finder that can list
   distributions (``find_distributions``) answers from somewhere the stamp cannot see; with one
   installed, nothing is cached.
 
 Only answers about ``sys.path`` itself are cached; a caller asking about other directories
-(tests pointing a probe at a fake tree) always gets :mod:`importlib.metadata`'s fresh answer. A
+(tests pointing a probe at a fake tree) always gets `importlib.metadata`'s fresh answer. A
 cache file that cannot be read, parsed or written is ignored: it can cost time, never a plugin.
 """
 
@@ -67,7 +67,7 @@ _lock = threading.Lock()
 _snapshot: tuple[list[Any], dict[str, Any], dict[str, Any], bool] | None = None
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 #: The syntax of an entry point's value, ``module[:attr[.attr...]] [extras]``, as
-#: :class:`importlib.metadata.EntryPoint` reads it.
+#: `importlib.metadata.EntryPoint` reads it.
 _VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 
 
@@ -93,7 +93,7 @@ class EntryPoint(NamedTuple):
 
     def load(self) -> Any:
         """Import the module the value names and return the attribute, as
-        :meth:`importlib.metadata.EntryPoint.load` does."""
+        `importlib.metadata.EntryPoint.load` does."""
         match = re.match(_VALUE, self.value)
         if match is None:
             raise ValueError(f"entry point {self.name!r} = {self.value!r} is not module:attr")
@@ -104,7 +104,7 @@ class EntryPoint(NamedTuple):
 
 
 def entry_points(group: str) -> tuple[EntryPoint, ...]:
-    """Every entry point of ``group`` on ``sys.path``, in :mod:`importlib.metadata`'s order
+    """Every entry point of ``group`` on ``sys.path``, in `importlib.metadata`'s order
     (one per distribution name: the first found on ``sys.path``)."""
     facts = _facts(f"entry_points:{group}", lambda: _read_entry_points(group))
     return tuple(
@@ -114,7 +114,7 @@ def entry_points(group: str) -> tuple[EntryPoint, ...]:
 
 def distribution(name: str) -> Distribution | None:
     """The distribution called ``name`` (any spelling: ``-``, ``_``, ``.``, case) that
-    :mod:`importlib.metadata` finds first on ``sys.path``, or None."""
+    `importlib.metadata` finds first on ``sys.path``, or None."""
     key = re.sub(r"[-_.]+", "-", name).lower()
     found = _facts(f"distribution:{key}", lambda: _read_distribution(name))
     return Distribution(*found) if found else None
@@ -190,13 +190,13 @@ def _other_finders() -> bool:
 
 
 def _search_path() -> list[str]:
-    """``sys.path`` as :mod:`importlib.metadata` searches it ("" is the working directory)."""
+    """``sys.path`` as `importlib.metadata` searches it ("" is the working directory)."""
     return [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
 
 
 def _directories() -> list[Any]:
     """The ``sys.path`` entries and their own stat: within one process, the stamp is taken
-    again only when these change, which is how :mod:`importlib.metadata` itself decides
+    again only when these change, which is how `importlib.metadata` itself decides
     whether to list a directory again."""
     found: list[Any] = []
     for path in _search_path():
@@ -289,7 +289,7 @@ def _load(path: str, stamp: dict[str, Any]) -> dict[str, Any] | None:
 
 def _store(path: str, stamp: dict[str, Any], facts: dict[str, Any]) -> None:
     """Write atomically (a reader sees the old file or the new one), or not at all; then keep
-    only the :data:`KEEP_FILES` most recently written files."""
+    only the `KEEP_FILES` most recently written files."""
     folder = os.path.dirname(path)
     partial = f"{path}.{os.getpid()}.partial"
     try:

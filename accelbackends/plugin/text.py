@@ -23,7 +23,7 @@ def say(line: str) -> None:
 
 
 def columns(fallback: int = 80) -> int:
-    """The terminal's width as :func:`shutil.get_terminal_size` finds it (``COLUMNS``, else the
+    """The terminal's width as `shutil.get_terminal_size` finds it (``COLUMNS``, else the
     terminal of stdout, else ``fallback``), without importing shutil, which brings bz2 and lzma
     into every command that prints."""
     try:
