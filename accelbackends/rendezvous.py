@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .listening import wait_until_listening
 from .plugin import config
 from .plugin.errors import RendezvousError, RendezvousWarning, first_line
 from .plugin.types import ClusterInfo
@@ -88,8 +87,6 @@ def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
         except Exception as exc:
             outcome["error"] = exc
 
-    # Connecting before rank 0 listens costs torch's 0.25-0.75 s back-off; see listening.py.
-    wait_until_listening(cluster.master_addr, cluster.master_port, seconds)
     # A TCPStore client whose peer accepts the connection but never answers (another program on
     # MASTER_PORT) blocks for minutes in torch 2.13, whatever its timeout; the constructor
     # releases the GIL, so wait for it from here and give up on time. The stuck thread is a
