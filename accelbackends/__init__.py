@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         SelectionError,
         SpawnError,
     )
+    from .attaching import attach
     from .hookspecs import hookimpl
     from .lifecycle import Context, destroy, distributed, init, is_initialized
     from .registry import PluginInfo, Registry, default_registry, reset
@@ -48,6 +49,7 @@ _EXPORTS = {
     "detect": "selection",
     "select": "selection",
     "Selection": "selection",
+    "attach": "attaching",
     "init": "lifecycle",
     "destroy": "lifecycle",
     "distributed": "lifecycle",
@@ -114,6 +116,7 @@ __all__ = [
     "SelectionError",
     "SpawnError",
     "__version__",
+    "attach",
     "default_registry",
     "destroy",
     "detect",

@@ -26,6 +26,7 @@ from .errors import (
     describe,
     first_line,
 )
+from .integrations import _environment
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .registry import Registry, default_registry
 from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, host_early, meet
@@ -169,15 +170,18 @@ def init(
             threads=threads,
         )
 
-    cluster = cluster or registry.cluster_environment()
+    if cluster is None:
+        from .attaching import recognise  # also Lightning's own child processes
+
+        cluster = recognise(registry)
 
     import torch.distributed as dist
 
     if dist.is_initialized():
         raise InitError(
             "torch.distributed is already initialised by code outside accelbackends "
-            f"(backend {dist.get_backend()}); call torch.distributed.destroy_process_group() "
-            "first, or use that process group instead of accelbackends.init()"
+            f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context for "
+            "that group, or torch.distributed.destroy_process_group() first"
         )
     server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
     selection = select(accelerator, backend, registry=registry)
@@ -325,10 +329,12 @@ def _initialise(
             cluster=cluster,
             init_seconds=time.perf_counter() - started,
         )
+        _environment.export(context)  # fails if the environment describes another job
         _state = _State(context, rendezvous)
         registry.post_init(context)
     except BaseException:
         _state = None
+        _environment.restore()
         if dist.is_initialized():
             dist.destroy_process_group()
         raise
@@ -382,6 +388,7 @@ def destroy() -> None:
             dist.destroy_process_group()
     finally:
         _state = None
+        _environment.restore()
 
 
 @contextlib.contextmanager

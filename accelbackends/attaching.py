@@ -1,0 +1,244 @@
+"""``attach()``: a :class:`~accelbackends.Context` for a process group that someone else made.
+
+A framework (Accelerate, DeepSpeed, Lightning, or a hand-written ``init_process_group``) may
+initialise ``torch.distributed`` before accelbackends gets a say. :func:`init` refuses such a
+group; :func:`attach` describes it instead: rank and world size from the group itself, local rank
+and node rank from the launcher accelbackends recognises, backend from torch, accelerator and
+device from accelbackends' selection. Where the launcher's view and the group's differ, it fails
+naming both; where the group's backend or the framework's device differs from what
+accelbackends would choose, it warns once, naming both.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import AccelBackendsWarning, ConfigError, InitError
+from .lifecycle import Context
+from .registry import Registry, default_registry
+from .selection import Selection, select
+from .spec import ClusterInfo
+
+__all__ = ["attach", "lightning_child_cluster", "pg_backends"]
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, AccelBackendsWarning, stacklevel=3)
+
+
+def pg_backends(process_group_backend: str) -> dict[str, str]:
+    """``"cpu:gloo,cuda:nccl"`` → ``{"cpu": "gloo", "cuda": "nccl"}``; a plain ``"gloo"`` →
+    ``{"": "gloo"}`` (one backend for every device type)."""
+    backends: dict[str, str] = {}
+    for part in process_group_backend.split(","):
+        device, _, name = part.strip().rpartition(":")
+        backends[device] = name
+    return backends
+
+
+def lightning_child_cluster(env: Mapping[str, str]) -> ClusterInfo | None:
+    """The job as Lightning describes it to the processes it starts itself (``python train.py``
+    with ``devices=N``): ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK`` and ``MASTER_ADDR/PORT``,
+    but no ``RANK`` and no ``LOCAL_WORLD_SIZE``. None when ``env`` does not have that shape.
+
+    The global rank is Lightning's own rule, ``NODE_RANK * ranks per node + LOCAL_RANK``, with
+    every node holding ``WORLD_SIZE / nodes`` ranks; the node count is not in the environment,
+    so a multi-node job needs ``LOCAL_WORLD_SIZE`` (or ``num_nodes`` through
+    :class:`~accelbackends.integrations.lightning.AccelBackendsEnvironment`).
+    """
+    if "RANK" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    from .environments._common import read_int, read_port
+
+    world_size = read_int(env, "WORLD_SIZE")
+    local_rank = read_int(env, "LOCAL_RANK")
+    node_rank = read_int(env, "NODE_RANK") if "NODE_RANK" in env else 0
+    sources = {
+        "world_size": "WORLD_SIZE",
+        "local_rank": "LOCAL_RANK",
+        "node_rank": "NODE_RANK" if "NODE_RANK" in env else "default 0 (no NODE_RANK)",
+    }
+    if "LOCAL_WORLD_SIZE" in env:
+        per_node, sources["local_world_size"] = (
+            read_int(env, "LOCAL_WORLD_SIZE"),
+            "LOCAL_WORLD_SIZE",
+        )
+    elif node_rank == 0:
+        # Node 0 of an unknown number of nodes: the rank is right whatever the node count.
+        per_node, sources["local_world_size"] = world_size, "WORLD_SIZE (no LOCAL_WORLD_SIZE)"
+    else:
+        raise ConfigError(
+            f"this process looks like one Lightning started (LOCAL_RANK={local_rank}, "
+            f"WORLD_SIZE={world_size}, NODE_RANK={node_rank}, no RANK), but its global rank "
+            "cannot be known without the number of ranks per node; set LOCAL_WORLD_SIZE, or use "
+            "accelbackends.integrations.lightning.AccelBackendsEnvironment, to which Lightning "
+            "hands the ranks itself"
+        )
+    sources["rank"] = "NODE_RANK * local world size + LOCAL_RANK"
+    master_port = read_port(env, "MASTER_PORT") if env.get("MASTER_PORT") else None
+    return ClusterInfo(
+        launcher="lightning",
+        rank=node_rank * per_node + local_rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=per_node,
+        node_rank=node_rank,
+        master_addr=env.get("MASTER_ADDR") or None,
+        master_port=master_port,
+        sources={**sources, "master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"},
+    )
+
+
+def recognise(registry: Registry) -> ClusterInfo:
+    """The launcher's view of this process: accelbackends' recognition, or Lightning's child
+    processes, which no launcher plugin claims."""
+    try:
+        return registry.cluster_environment()
+    except ConfigError:
+        child = lightning_child_cluster(registry.env)
+        if child is None:
+            raise
+        return child
+
+
+def _cluster_for_group(registry: Registry, rank: int, world_size: int) -> ClusterInfo:
+    cluster = recognise(registry)
+    if cluster.launcher == "single" and world_size > 1:
+        # No launcher: ranks started by hand (mp.spawn, a notebook). Assume one node.
+        return ClusterInfo(
+            launcher="unknown",
+            rank=rank,
+            world_size=world_size,
+            local_rank=rank,
+            local_world_size=world_size,
+            node_rank=0,
+            master_addr=registry.env.get("MASTER_ADDR") or None,
+            sources={
+                "rank": "torch.distributed.get_rank()",
+                "world_size": "torch.distributed.get_world_size()",
+                "local_rank": "the rank (no launcher recognised: one node assumed)",
+                "local_world_size": "the world size (no launcher recognised: one node assumed)",
+                "node_rank": "0 (no launcher recognised)",
+            },
+        )
+    if (cluster.rank, cluster.world_size) != (rank, world_size):
+        raise InitError(
+            f"the process group says rank {rank} of {world_size}, but the {cluster.launcher} "
+            f"launcher says rank {cluster.rank} of {cluster.world_size} "
+            f"({cluster.source('rank')}={cluster.rank}, "
+            f"{cluster.source('world_size')}={cluster.world_size}); the group was made for a "
+            "different job than this process belongs to"
+        )
+    return cluster
+
+
+def _framework_device(selection: Selection, local_rank: int) -> Any:
+    """The device the framework made current, or the one accelbackends would bind."""
+    import torch
+
+    current = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    if current is not None:
+        return torch.device(current.type, torch.accelerator.current_device_index())
+    if selection.accelerator == "cpu":
+        return torch.device("cpu")
+    return torch.device(selection.accelerator, local_rank)
+
+
+def attach(
+    *,
+    device: Any = None,
+    accelerator: str | None = None,
+    backend: str | None = None,
+    registry: Registry | None = None,
+) -> Context:
+    """Describe the process group that is already initialised, whoever made it.
+
+    :param device: The device the framework trains on (e.g. ``accelerator.device``,
+        ``fabric.device``); default: torch's current accelerator device, else CPU.
+    :param accelerator: Compare with this accelerator instead of the selection's
+        (``ACCELBACKENDS_ACCELERATOR``).
+    :param backend: Compare with this backend instead of the selection's
+        (``ACCELBACKENDS_BACKEND``).
+    :param registry: Use this registry instead of the process's default.
+    :raises InitError: No process group is initialised, or the launcher puts this process at a
+        different rank or in a different world size than the group does.
+
+    After :func:`accelbackends.init`, returns the context ``init()`` made. Warns once
+    (:class:`~accelbackends.AccelBackendsWarning`) when the group's backend or ``device``
+    differs from what accelbackends would select. The context does not own the group:
+    :func:`accelbackends.destroy` leaves it alone; tear it down the framework's way.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from . import lifecycle
+
+    if lifecycle._state is not None:
+        return lifecycle._state.context
+    if not (dist.is_available() and dist.is_initialized()):
+        raise InitError(
+            "accelbackends.attach() found no initialised process group; call it after the "
+            "framework has made its group (e.g. after Accelerator(), fabric.launch() or "
+            "deepspeed.init_distributed()), or call accelbackends.init() to make one"
+        )
+    registry = registry or default_registry()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    cluster = _cluster_for_group(registry, rank, world_size)
+    selection = select(accelerator, backend, registry=registry)
+    group_backend = str(dist.get_backend())
+    if device is None:
+        device = _framework_device(selection, cluster.local_rank)
+    device = torch.device(device)
+    backends = pg_backends(group_backend)
+    used = backends.get(device.type, backends.get("", group_backend))
+    if device.type != selection.accelerator:
+        _warn_once(
+            f"the framework trains on {device} but accelbackends would select "
+            f"{selection.accelerator!r} ({selection.reason})"
+        )
+    if used != selection.backend:
+        _warn_once(
+            f"the process group uses backend {group_backend!r} for {device.type} tensors but "
+            f"accelbackends would select {selection.backend!r} for {selection.accelerator} "
+            f"({selection.backend_reason})"
+        )
+    master_port = os.environ.get("MASTER_PORT", "")
+    return Context(
+        rank=rank,
+        world_size=world_size,
+        local_rank=cluster.local_rank,
+        local_world_size=cluster.local_world_size,
+        node_rank=cluster.node_rank,
+        device=device,
+        accelerator=selection.accelerator,
+        backend=used,
+        process_group_backend=group_backend,
+        launcher=cluster.launcher,
+        master_addr=cluster.master_addr or os.environ.get("MASTER_ADDR") or None,
+        master_port=cluster.master_port or (int(master_port) if master_port.isdigit() else None),
+        timeout=_group_timeout(),
+        rendezvous_timeout=0.0,
+        seed=None,
+        threads=None,
+        reason=f"attached to a process group made outside accelbackends; {selection.reason}",
+        selection=selection,
+        cluster=cluster,
+    )
+
+
+def _group_timeout() -> float:
+    """The default group's collective timeout in seconds; 0.0 where torch does not tell."""
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        # Private in torch 2.4 to 2.13: the options the default group was made with.
+        return float(c10d._get_default_group().options._timeout.total_seconds())
+    except Exception:
+        return 0.0
