@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .attaching import attach
     from .errors import (
         AccelBackendsError,
         AccelBackendsWarning,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
         SelectionError,
         SpawnError,
     )
-    from .attaching import attach
     from .hookspecs import hookimpl
     from .lifecycle import Context, destroy, distributed, init, is_initialized
     from .registry import PluginInfo, Registry, default_registry, reset

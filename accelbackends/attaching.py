@@ -108,6 +108,27 @@ def recognise(registry: Registry) -> ClusterInfo:
         return child
 
 
+def cluster_for_init(registry: Registry) -> ClusterInfo:
+    """The launcher's view for :func:`accelbackends.init`, which refuses Lightning's children.
+
+    Lightning starts its processes by running the script again; one that reaches ``init()``
+    means the parent passed the same call before Lightning started it, made a one-rank group,
+    and Lightning reuses that group: the parent would train alone.
+    """
+    cluster = recognise(registry)
+    if cluster.launcher == "lightning":
+        raise InitError(
+            f"accelbackends.init() runs in a process Lightning started (LOCAL_RANK="
+            f"{cluster.local_rank}, WORLD_SIZE={cluster.world_size}, no RANK): its parent "
+            "called init() before Lightning started the other ranks, so the parent holds a "
+            "one-rank process group that Lightning reuses, and would train alone. Pass "
+            "plugins=[accelbackends.integrations.lightning.AccelBackendsEnvironment()] and call "
+            "accelbackends.attach() after fabric.launch() / in the LightningModule instead, or "
+            "start the ranks with a launcher (torchrun, mpirun, srun)"
+        )
+    return cluster
+
+
 def _cluster_for_group(registry: Registry, rank: int, world_size: int) -> ClusterInfo:
     cluster = recognise(registry)
     if cluster.launcher == "single" and world_size > 1:

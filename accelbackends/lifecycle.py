@@ -171,9 +171,9 @@ def init(
         )
 
     if cluster is None:
-        from .attaching import recognise  # also Lightning's own child processes
+        from .attaching import cluster_for_init
 
-        cluster = recognise(registry)
+        cluster = cluster_for_init(registry)
 
     import torch.distributed as dist
 
@@ -383,12 +383,18 @@ def destroy() -> None:
         return
     import torch.distributed as dist
 
+    context = _state.context
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
     finally:
         _state = None
-        _environment.restore()
+        # A framework that rewrote the job's variables after init() (Lightning starting
+        # processes of its own beside a one-rank group) ran a different job: say so.
+        try:
+            _environment.check(context)
+        finally:
+            _environment.restore()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """Train a tiny model for three steps with Lightning on the CPU and print one ``RESULT`` line
 per rank: the rank and world size Lightning saw, and a digest of the trained weights.
 
-Usage: ``python lightning_train.py fabric|trainer plugin|init-first|bare``
+Usage: ``python lightning_train.py fabric|trainer plugin|init-first|bare-init-first``
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def report(rank: int, world_size: int, model: torch.nn.Module, ctx: object = Non
     sys.stdout.flush()
 
 
-if HOW == "init-first":
+if HOW.endswith("init-first"):
     accelbackends.init()
-plugins = [AccelBackendsEnvironment()] if HOW != "bare" else []
+plugins = [] if HOW.startswith("bare") else [AccelBackendsEnvironment()]
 
 if MODE == "fabric":
     from lightning.fabric import Fabric
@@ -71,7 +71,9 @@ else:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    data = torch.utils.data.TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(1)))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
+    )
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     trainer = pl.Trainer(
         accelerator="cpu",
