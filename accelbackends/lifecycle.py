@@ -392,7 +392,7 @@ def destroy() -> None:
         # A framework that rewrote the job's variables after init() (Lightning starting
         # processes of its own beside a one-rank group) ran a different job: say so.
         try:
-            _environment.check(context)
+            _environment.check(context, after_init=True)
         finally:
             _environment.restore()
 

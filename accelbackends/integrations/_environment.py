@@ -12,7 +12,9 @@ one-rank job beside the group accelbackends made. :func:`export` sets what is mi
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from typing import Any
 
 from ..errors import InitError
@@ -23,6 +25,7 @@ __all__ = ["DEEPSPEED_ACCELERATORS", "export", "job_variables", "restore"]
 DEEPSPEED_ACCELERATORS = frozenset({"cpu", "cuda", "xpu", "hpu", "npu", "mps", "mlu"})
 
 _set_by_us: list[str] = []
+_exported_for: list[Any] = []  # the context export() last ran for, until restore()
 
 
 def job_variables(context: Any) -> dict[str, str]:
@@ -46,7 +49,15 @@ def _framework_variables(context: Any) -> dict[str, str]:
     return variables
 
 
-def check(context: Any, env: Any = None) -> None:
+_AFTER_INIT_HINT = (
+    ". If a framework started processes of its own after accelbackends.init() (Lightning under "
+    "`python train.py`), pass it accelbackends' integration (plugins=[accelbackends."
+    "integrations.lightning.AccelBackendsEnvironment()]) and call accelbackends.attach() "
+    "after it made the group"
+)
+
+
+def check(context: Any, env: Any = None, *, after_init: bool = False) -> None:
     """Fail when a ``env://`` variable in the environment names another place in another job
     than ``context`` (a stale ``RANK`` from a parent job, a ``WORLD_SIZE`` set by hand)."""
     env = os.environ if env is None else env
@@ -61,6 +72,7 @@ def check(context: Any, env: Any = None) -> None:
             f"{context.world_size}, launcher {context.launcher}) disagrees with this process's "
             f"environment: {', '.join(wrong)}; a framework reading these variables would train "
             "a different job. Unset them, or launch so that they match"
+            + (_AFTER_INIT_HINT if after_init else "")
         )
 
 
@@ -68,6 +80,9 @@ def export(context: Any) -> None:
     """Check the environment against ``context`` and, for a group of more than one rank, set
     the variables the frameworks read where they are missing."""
     check(context)
+    if not _exported_for:
+        atexit.register(_check_at_exit)
+    _exported_for[:] = [context]
     if context.world_size < 2:
         # A one-rank group: Lightning must still be free to start its own processes.
         return
@@ -79,5 +94,21 @@ def export(context: Any) -> None:
 
 def restore() -> None:
     """Remove what :func:`export` set."""
+    _exported_for.clear()
     while _set_by_us:
         os.environ.pop(_set_by_us.pop(), None)
+
+
+def _check_at_exit() -> None:
+    """The last chance to see that a framework ran another job beside the group (Lightning
+    rewriting ``WORLD_SIZE`` in a parent that then trained alone): a script that never called
+    ``destroy()`` must not exit 0 then. An exception in an exit handler would not change the
+    exit status, so the process ends with status 1 here."""
+    if not _exported_for:
+        return
+    try:
+        check(_exported_for[0], after_init=True)
+    except InitError as exc:
+        sys.stderr.write(f"accelbackends: InitError: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)

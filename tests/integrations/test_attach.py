@@ -110,6 +110,21 @@ def test_destroy_fails_when_a_framework_rewrote_the_job_after_init(tmp_path: Pat
     assert "WORLD_SIZE=2 (the group: 1)" in result.stderr
 
 
+def test_exit_without_destroy_after_a_framework_rewrote_the_job_is_not_0(
+    tmp_path: Path,
+) -> None:
+    code = """
+        import os, accelbackends
+        accelbackends.init()
+        os.environ["WORLD_SIZE"] = "2"
+    """
+    result = _python(code, tmp_path)
+    assert result.returncode == 1
+    assert "accelbackends: InitError:" in result.stderr
+    assert "WORLD_SIZE=2 (the group: 1)" in result.stderr
+    assert "AccelBackendsEnvironment" in result.stderr
+
+
 def test_init_exports_the_job_for_frameworks_and_destroy_takes_it_back(tmp_path: Path) -> None:
     code = """
         import os, accelbackends
