@@ -16,11 +16,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import AccelBackendsWarning, ConfigError, InitError
-from .lifecycle import Context
+from .plugin.errors import AccelBackendsWarning, ConfigError, InitError
+from .plugin.types import ClusterInfo, Context, Selection
 from .registry import Registry, default_registry
-from .selection import Selection, select
-from .spec import ClusterInfo
+from .selection import select
 
 __all__ = ["attach", "lightning_child_cluster", "pg_backends"]
 

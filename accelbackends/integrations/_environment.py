@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from ..errors import InitError
+from ..plugin.errors import InitError
 
 __all__ = ["DEEPSPEED_ACCELERATORS", "export", "job_variables", "restore"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InitError
-from ..lifecycle import Context
+from ..plugin.errors import InitError
+from ..plugin.types import Context
 
 __all__ = ["verify"]
 

@@ -16,8 +16,8 @@ import os
 import sys
 from typing import Any
 
-from ..errors import ConfigError, InitError
-from ..lifecycle import Context
+from ..plugin.errors import ConfigError, InitError
+from ..plugin.types import Context
 from ._environment import DEEPSPEED_ACCELERATORS
 
 __all__ = ["init_distributed", "select_accelerator"]

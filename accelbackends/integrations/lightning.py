@@ -17,9 +17,10 @@ import socket
 from typing import Any
 
 from ..attaching import recognise
-from ..errors import ConfigError, InitError
+from ..plugin.errors import ConfigError, InitError
+from ..plugin.types import Selection
 from ..registry import Registry, default_registry
-from ..selection import Selection, select
+from ..selection import select
 
 try:
     from lightning.fabric.plugins.environments import ClusterEnvironment
