@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .integrations import _environment
+from .integrations import _environment, _recognition
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
 from .plugin.errors import (
@@ -145,9 +145,7 @@ def init(
         )
 
     if cluster is None:
-        from .attaching import cluster_for_init
-
-        cluster = cluster_for_init(registry)
+        cluster = _recognition.cluster_for_init(registry)
 
     import torch.distributed as dist
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from ..attaching import recognise
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import Selection
 from ..registry import Registry, default_registry
 from ..selection import select
+from ._recognition import recognise
 
 try:
     from lightning.fabric.plugins.environments import ClusterEnvironment
