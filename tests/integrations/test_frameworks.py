@@ -129,6 +129,26 @@ def test_accelerator_after_init_trains_on_the_group_under_torchrun(
     assert [line["group"] for line in lines] == [2, 2]
 
 
+def test_accelerator_inside_spawn_uses_the_spawned_group(tmp_path: Path) -> None:
+    _needs("accelerate")
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import accelbackends\n"
+        "def job(ctx):\n"
+        "    from accelerate import Accelerator\n"
+        "    from accelbackends.integrations.accelerate import verify\n"
+        "    accelerator = Accelerator()\n"
+        "    verify(accelerator)\n"
+        "    return str(accelerator.distributed_type), accelerator.num_processes\n"
+        "if __name__ == '__main__':\n"
+        "    print('RESULT', accelbackends.spawn(job, nprocs=2))\n"
+    )
+    result = _run([sys.executable, str(script)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = [("DistributedType.MULTI_CPU", 2)] * 2
+    assert f"RESULT {expected}" in result.stdout
+
+
 def test_attach_after_accelerate_made_the_group(tmp_path: Path) -> None:
     _needs("accelerate")
     lines = _results(_torchrun("hf_train.py", "attach", str(tmp_path), tmp_path=tmp_path))
