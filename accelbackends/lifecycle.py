@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from . import affinity
 from .integrations import _environment, _recognition
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
@@ -93,6 +94,7 @@ def init(
     seed: int | None = None,
     seed_per_rank: bool = False,
     threads: int | None = None,
+    cpu_affinity: str | bool | None = None,
     cluster: ClusterInfo | None = None,
     registry: Registry | None = None,
 ) -> Context:
@@ -109,6 +111,9 @@ def init(
     :param seed_per_rank: Add the rank to ``seed``, so each rank draws different numbers.
     :param threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
         ``OMP_NUM_THREADS`` is set).
+    :param cpu_affinity: Pin this rank to CPUs near its device: ``"numa"``, ``"exclusive"``,
+        ``"auto"``/True, or ``"off"``/False (overrides ``ACCELBACKENDS_CPU_AFFINITY``; default
+        off). See the CPU affinity page of the docs.
     :param cluster: Use this cluster description instead of recognising the launcher.
     :param registry: Use this registry instead of the process's default.
 
@@ -132,6 +137,7 @@ def init(
         _check_int("threads", threads, 1)
     if cluster is not None and not isinstance(cluster, ClusterInfo):
         raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
+    pin_mode = affinity.resolve_mode(cpu_affinity, env)
 
     if _state is not None:
         return _same_context(
@@ -142,6 +148,7 @@ def init(
             rendezvous_timeout=None if rendezvous_timeout is None else join_s,
             seed=seed,
             threads=threads,
+            cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
 
     if cluster is None:
@@ -157,18 +164,20 @@ def init(
         )
     server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
     selection = select(accelerator, backend, registry=registry)
-    return _initialise(
-        registry,
-        selection,
-        cluster,
-        timeout_s,
-        join_s,
-        seed,
-        seed_per_rank,
-        threads,
-        started,
-        server,
-    )
+    with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
+        return _initialise(
+            registry,
+            selection,
+            cluster,
+            timeout_s,
+            join_s,
+            seed,
+            seed_per_rank,
+            threads,
+            started,
+            server,
+            (pin_mode, cpus),
+        )
 
 
 def _same_context(context: Context, **requested: Any) -> Context:
@@ -209,10 +218,12 @@ def _initialise(
     threads: int | None,
     started: float,
     server: Any | None,
+    pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
     global _state, _generation
     import torch.distributed as dist
 
+    cpu_affinity, cpus = pinned
     status, spec = selection.status, selection.spec
     if spec.confirm is not None:
         disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
@@ -222,7 +233,7 @@ def _initialise(
                 f"but torch disagrees: {disagreement}"
             )
     request = BindRequest(
-        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads
+        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads, cpus
     )
     device = _plugin_call(
         f"binding local rank {cluster.local_rank} to a {spec.name} device",
@@ -300,6 +311,8 @@ def _initialise(
             selection=selection,
             cluster=cluster,
             init_seconds=time.perf_counter() - started,
+            cpu_affinity=cpu_affinity,
+            cpus=cpus,
         )
         _environment.export(context)  # fails if the environment describes another job
         _state = _State(context, rendezvous)
