@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -51,12 +50,10 @@ def test_get_waits_for_a_key_another_client_sets(server: localstore.LocalStoreSe
 
 def test_missing_key_times_out_with_torchs_store_error(server: localstore.LocalStoreServer) -> None:
     store = localstore.connect(server.path, timedelta(seconds=0.3))
-    started = time.monotonic()
     with pytest.raises(dist.DistStoreError, match=r"wait timeout after 0\.3 s, keys: never"):
         store.get("never")
     with pytest.raises(dist.DistStoreError, match="keys: a, b"):
         store.wait(["a", "b"], timedelta(seconds=0.2))
-    assert time.monotonic() - started < 3
 
 
 def test_a_store_that_went_away_is_a_network_error(tmp_path: Path) -> None:
