@@ -8,16 +8,21 @@ socket, served by the parent's threads). torch offers, for ranks on one host:
   socket bound to 127.0.0.1, as :func:`accelbackends.rendezvous.host_loopback_store` does;
 - (``HashStore`` lives in one process and cannot serve forked ranks.)
 
-For each rank count, rounds run every store once in rotating order: the parent creates the
-store, forks N ranks (torch already imported, so the fork measures the store and Gloo, not
-imports), each connects and runs ``init_process_group("gloo")`` on it and one checked
-all_reduce. A job's time is from before the store is created until every rank has initialised;
+Part 1, the stall: ``--connections`` clients in turn connect to each store (hosted here) and
+set and read one key; a connection that takes over 1 s has stalled (normal: about a
+millisecond). Only TCPStore makes the reverse name look-ups that stall.
+
+Part 2, start time: for each rank count, rounds run every store once in rotating order: the
+parent creates the store, forks N ranks (torch already imported, so the fork measures the store
+and Gloo, not imports), each connects and runs ``init_process_group("gloo")`` on it and one
+checked all_reduce. A job's time is from before the store is created until every rank has initialised;
 a job more than 3 s slower than the quickest of its store and size met a stall (the lost-DNS-
 answer stall is 5 s; see ``rendezvous-stalls``).
 
 Goal: keep localstore only if no torch store is as fast and as free of stalls; report.
 
-Usage: ``python -m benchmarks local-stores [--ranks 2,4,8,16,32] [--repeats 5] [--quick]``.
+Usage: ``python -m benchmarks local-stores [--ranks 2,4,8,16,32] [--repeats 5]
+[--connections 200] [--quick]``.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per count (5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    parser.add_argument(
+        "--connections", type=int, default=200, help="client connections per store (200)"
+    )
 
 
 def _client(kind: str, where: Any, world_size: int) -> Any:
@@ -124,6 +132,37 @@ def _job(kind: str, world_size: int) -> float:
     return max(initialised for _, initialised in stamps) - launch
 
 
+def _connections(kind: str, count: int) -> list[float]:
+    """Seconds each of ``count`` clients took to connect, set and read one key."""
+    from accelbackends.localstore import LocalStoreServer
+    from accelbackends.rendezvous import host_loopback_store
+
+    workdir = tempfile.mkdtemp(prefix="bench-stores-")
+    server: Any = None
+    try:
+        if kind == "localstore":
+            server = LocalStoreServer(os.path.join(workdir, "store.sock"))
+            where: Any = server.path
+        elif kind == "FileStore":
+            where = os.path.join(workdir, "store")
+            server = _client(kind, where, 1 + count)  # keeps the file while clients come and go
+        else:
+            server, where = host_loopback_store(1 + count, TIMEOUT.total_seconds())
+        seconds = []
+        for index in range(count):
+            began = time.monotonic()
+            client = _client(kind, where, 1 + count)
+            client.set(f"key{index}", "value")
+            client.get(f"key{index}")
+            seconds.append(time.monotonic() - began)
+            del client
+        return seconds
+    finally:
+        if kind == "localstore":
+            server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 RUNNERS: dict[str, Callable[[int], float]] = {
     kind: (lambda count, kind=kind: _job(kind, count))  # type: ignore[misc]
     for kind in STORES
@@ -137,6 +176,17 @@ def main(args: argparse.Namespace) -> int:
         counts, repeats, warmup = [c for c in counts if c in (2, 8, 32)] or counts, 2, 0
     _ranks.prepare()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # as spawn() keeps Gloo on loopback
+    connections = {kind: _connections(kind, args.connections) for kind in STORES}
+    say(f"local-stores: {args.connections} client connections to each store, one at a time")
+    say(
+        table(
+            ["store", "median", "max", "over 1 s"],
+            [
+                [kind, ms(statistics.median(v)), ms(max(v)), str(sum(x > 1.0 for x in v))]
+                for kind, v in connections.items()
+            ],
+        )
+    )
     timings: dict[int, dict[str, list[float]]] = {}
     say(f"local-stores: ranks {counts}, {warmup} warm-up + {repeats} rounds of {list(STORES)}")
     for count in counts:
@@ -177,13 +227,19 @@ def main(args: argparse.Namespace) -> int:
     runs = sum(len(timings[c]["localstore"]) for c in counts)
     goals = [
         Goal(
+            "store connections that stalled (over 1 s)",
+            ", ".join(f"{k} {sum(x > 1.0 for x in v)}/{len(v)}" for k, v in connections.items()),
+            "localstore and FileStore never stall; report TCPStore",
+            None,
+        ),
+        Goal(
             f"{top} ranks on one host: localstore vs torch's FileStore and loopback TCPStore",
             ", ".join(f"{kind} {ms(medians[kind])}" for kind in STORES),
             "keep localstore only if it is needed; report",
             None,
             detail="jobs with a stall out of "
             f"{runs} each: " + ", ".join(f"{kind} {stalled[kind]}" for kind in STORES),
-        )
+        ),
     ]
     write_results(
         args.out,
@@ -192,6 +248,7 @@ def main(args: argparse.Namespace) -> int:
         started,
         repeats=repeats,
         warmup=warmup,
+        connections={kind: summary(values) for kind, values in connections.items()},
         ranks={
             str(count): {
                 kind: {"init": summary(values), "runs": values, "stalled": stalls(values)}
