@@ -15,9 +15,9 @@ millisecond). Only TCPStore makes the reverse name look-ups that stall.
 Part 2, start time: for each rank count, rounds run every store once in rotating order: the
 parent creates the store, forks N ranks (torch already imported, so the fork measures the store
 and Gloo, not imports), each connects and runs ``init_process_group("gloo")`` on it and one
-checked all_reduce. A job's time is from before the store is created until every rank has initialised;
-a job more than 3 s slower than the quickest of its store and size met a stall (the lost-DNS-
-answer stall is 5 s; see ``rendezvous-stalls``).
+checked all_reduce. A job's time is from before the store is created until every rank has
+initialised; a job more than 3 s slower than the quickest of its store and size met a stall
+(the lost-DNS-answer stall is 5 s; see ``rendezvous-stalls``).
 
 Goal: keep localstore only if no torch store is as fast and as free of stalls; report.
 
