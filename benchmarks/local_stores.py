@@ -40,17 +40,11 @@ from typing import Any
 
 from . import _ranks
 from ._common import Goal, add_common_arguments, ms, report, say, summary, table, write_results
+from .rendezvous_scale import _ranks_list  # the same --ranks syntax
 
 STORES = ("localstore", "FileStore", "TCPStore-loopback")
 #: Every store operation and the job as a whole give up after this long (a hang guard).
 TIMEOUT = timedelta(seconds=120)
-
-
-def _ranks_list(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 2,8,32")
-    return values
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
