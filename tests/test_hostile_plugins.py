@@ -95,6 +95,7 @@ def test_plugin_printing_at_import_does_not_reach_info_json(plugin_dist: PluginD
     assert "file descriptor 1" in result.stderr
 
 
+@pytest.mark.slow
 def test_plugin_printing_at_import_does_not_reach_check_json(plugin_dist: PluginDist) -> None:
     site = plugin_dist("noisy", _NOISY + _DECLARES_NOTHING)
     result = run_cli(
@@ -106,7 +107,7 @@ def test_plugin_printing_at_import_does_not_reach_check_json(plugin_dist: Plugin
         "4096",
         env=CPU,
         pythonpath=site,
-        timeout=300,
+        timeout=150,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["checks"]
@@ -127,7 +128,7 @@ def test_plugin_starting_a_thread_at_import_does_not_keep_the_command_alive(
 ) -> None:
     site = plugin_dist("lingering", "import threading\n" + _THREAD + _DECLARES_NOTHING)
     # Without containment the child never exits and run_cli's limit raises TimeoutExpired.
-    result = run_cli(*command, env=CPU, pythonpath=site, timeout=300)
+    result = run_cli(*command, env=CPU, pythonpath=site, timeout=150)
     assert result.returncode == 0, result.stderr
 
 
