@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The console script: :func:`main`, then exit without waiting for plugins' threads."""
+    """The console script: ``main``, then exit without waiting for plugins' threads."""
     from .console import exit
 
     exit(main())

@@ -23,7 +23,7 @@ __all__ = ["exit", "keep_plugin_output_off_stdout"]
 
 
 def keep_plugin_output_off_stdout(enabled: bool) -> Callable[[], None]:
-    """Send :func:`~accelbackends.plugin.text.say` to stdout and everything else written to
+    """Send ``say`` to stdout and everything else written to
     stdout to stderr, until the returned function is called. Does nothing unless ``enabled``
     and ``sys.stdout`` is descriptor 1 (an in-process caller that captures stdout keeps it)."""
     try:

@@ -5,7 +5,7 @@ comes back to the caller, ``SystemExit`` and ``KeyboardInterrupt`` included (rai
 code in a thread they are the plugin's doing, never the user's Ctrl-C, which reaches the main
 thread); one that has not returned by the limit is given up on, and remembered: a thread that
 may hold an import lock or a driver library's lock must not be copied into a forked child, so
-:func:`accelbackends.spawn` does not fork while one is still running (:func:`stuck`).
+``spawn`` does not fork while one is still running (``stuck``).
 
 Why threads and not a probe subprocess, as conda does for CUDA: a child interpreter that loads
 the plugins and runs detection costs 0.3 to 0.5 s on every ``info``, ``select()`` and ``init()``
@@ -27,7 +27,7 @@ __all__ = ["Call", "PluginExit", "PluginTimeout", "bounded", "failure", "stuck"]
 
 _T = TypeVar("_T")
 
-#: Calls given up on, as (what, thread); pruned of the finished ones by :func:`stuck`.
+#: Calls given up on, as (what, thread); pruned of the finished ones by ``stuck``.
 _abandoned: list[tuple[str, threading.Thread]] = []
 _lock = threading.Lock()
 
@@ -51,8 +51,8 @@ class PluginTimeout(Exception):
 
 
 def failure(exc: BaseException) -> str:
-    """``Type: message`` of what a plugin raised, seen through :class:`PluginExit`; a
-    :class:`PluginTimeout` as its message."""
+    """``Type: message`` of what a plugin raised, seen through ``PluginExit``; a
+    ``PluginTimeout`` as its message."""
     if isinstance(exc, PluginTimeout):
         return str(exc)
     return describe(exc.original if isinstance(exc, PluginExit) else exc)
@@ -82,7 +82,7 @@ class Call(Generic[_T]):
         return not self._thread.is_alive()
 
     def result(self) -> _T:
-        """The call's value, or what it raised (:class:`PluginExit` for a non-``Exception``)."""
+        """The call's value, or what it raised (``PluginExit`` for a non-``Exception``)."""
         if self._error is not None:
             if isinstance(self._error, Exception):
                 raise self._error
@@ -90,7 +90,7 @@ class Call(Generic[_T]):
         return self._value  # type: ignore[return-value]
 
     def abandon(self) -> None:
-        """Give up on the call: it keeps running, as a daemon, and :func:`stuck` names it."""
+        """Give up on the call: it keeps running, as a daemon, and ``stuck`` names it."""
         with _lock:
             _abandoned.append((self.what, self._thread))
 
@@ -105,7 +105,7 @@ class Call(Generic[_T]):
 
 
 def bounded(function: Callable[[], _T], limit: float, what: str) -> _T:
-    """``function()``'s value, or what it raised; :class:`PluginTimeout` after ``limit``
+    """``function()``'s value, or what it raised; ``PluginTimeout`` after ``limit``
     seconds, leaving the call running and recorded."""
     call = Call(function, what)
     if not call.wait(limit):
@@ -122,7 +122,7 @@ def stuck() -> list[str]:
 
 
 def codes_of(functions: Iterable[tuple[object, str]]) -> dict[CodeType, str]:
-    """Code object → plugin name, for :meth:`Call.where`."""
+    """Code object → plugin name, for ``where``."""
     found: dict[CodeType, str] = {}
     for function, name in functions:
         code = getattr(function, "__code__", None)

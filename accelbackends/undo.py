@@ -18,8 +18,8 @@ __all__ = ["EnvironmentChanges"]
 class EnvironmentChanges:
     """The variables changed in ``environ`` since this object was made, and how to undo them.
 
-    :meth:`undo` before :meth:`keep` (a failed ``init()``) puts ``environ`` back exactly as it
-    was. After :meth:`keep` (a successful one), :meth:`undo` (``destroy()``) restores only the
+    ``undo`` before ``keep`` (a failed ``init()``) puts ``environ`` back exactly as it
+    was. After ``keep`` (a successful one), ``undo`` (``destroy()``) restores only the
     variables still holding the value ``init()`` left: one the user changed since is theirs.
     """
 
@@ -36,7 +36,7 @@ class EnvironmentChanges:
         return {key: now.get(key) for key in sorted(keys)}
 
     def keep(self) -> None:
-        """Remember the changes as ``init()``'s, for :meth:`undo` at ``destroy()``."""
+        """Remember the changes as ``init()``'s, for ``undo`` at ``destroy()``."""
         self._left = self.changed()
 
     def undo(self) -> None:

@@ -1,11 +1,11 @@
 """Single-host rendezvous stores: accelbackends' Unix-socket store against torch's own.
 
-``spawn()`` serves its ranks through :mod:`accelbackends.localstore` (pickle over a Unix
+``spawn()`` serves its ranks through ``localstore`` (pickle over a Unix
 socket, served by the parent's threads). torch offers, for ranks on one host:
 
 - ``FileStore``: a file in a private directory; no socket, no name look-up;
 - ``TCPStore`` on loopback (libuv server, torch 2.13's default), hosted by the parent on a
-  socket bound to 127.0.0.1, as :func:`accelbackends.rendezvous.host_loopback_store` does;
+  socket bound to 127.0.0.1, as ``host_loopback_store`` does;
 - (``HashStore`` lives in one process and cannot serve forked ranks.)
 
 Part 1, the stall: ``--connections`` clients in turn connect to each store (hosted here) and

@@ -1,6 +1,6 @@
 """Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
 
-Plugins use :func:`plural` in the reasons their probes give; the rest is how the commands print.
+Plugins use `plural` in the reasons their probes give; the rest is how the commands print.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _report: TextIO | None = None
 
 
 def report_to(stream: TextIO | None) -> None:
-    """Make :func:`say` print to ``stream`` (None: ``sys.stdout``). The command line's own
+    """Make ``say`` print to ``stream`` (None: ``sys.stdout``). The command line's own
     stdout while plugins' output is sent to stderr (``accelbackends.console``)."""
     global _report
     _report = stream
