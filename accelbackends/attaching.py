@@ -1,8 +1,8 @@
-"""``attach()``: a :class:`~accelbackends.Context` for a process group that someone else made.
+"""`attach()`: a `accelbackends.Context` for a process group that someone else made.
 
-A framework (Accelerate, DeepSpeed, Lightning, or a hand-written ``init_process_group``) may
-initialise ``torch.distributed`` before accelbackends gets a say. :func:`init` refuses such a
-group; :func:`attach` describes it instead: rank and world size from the group itself, local rank
+A framework (Accelerate, DeepSpeed, Lightning, or a hand-written `init_process_group`) may
+initialise `torch.distributed` before accelbackends gets a say. `init` refuses such a
+group; `attach` describes it instead: rank and world size from the group itself, local rank
 and node rank from the launcher accelbackends recognises, backend from torch, accelerator and
 device from accelbackends' selection. Where the launcher's view and the group's differ, it fails
 naming both; where the group's backend or the framework's device differs from what
@@ -33,8 +33,8 @@ def _warn_once(message: str) -> None:
 
 
 def pg_backends(process_group_backend: str) -> dict[str, str]:
-    """``"cpu:gloo,cuda:nccl"`` → ``{"cpu": "gloo", "cuda": "nccl"}``; a plain ``"gloo"`` →
-    ``{"": "gloo"}`` (one backend for every device type)."""
+    """`"cpu:gloo,cuda:nccl"` → `{"cpu": "gloo", "cuda": "nccl"}`; a plain `"gloo"` →
+    `{"": "gloo"}` (one backend for every device type)."""
     backends: dict[str, str] = {}
     for part in process_group_backend.split(","):
         device, _, name = part.strip().rpartition(":")
@@ -94,20 +94,23 @@ def attach(
 ) -> Context:
     """Describe the process group that is already initialised, whoever made it.
 
-    :param device: The device the framework trains on (e.g. ``accelerator.device``,
-        ``fabric.device``); default: torch's current accelerator device, else CPU.
-    :param accelerator: Compare with this accelerator instead of the selection's
-        (``ACCELBACKENDS_ACCELERATOR``).
-    :param backend: Compare with this backend instead of the selection's
-        (``ACCELBACKENDS_BACKEND``).
-    :param registry: Use this registry instead of the process's default.
-    :raises InitError: No process group is initialised, or the launcher puts this process at a
-        different rank or in a different world size than the group does.
+    After `accelbackends.init()`, returns the context `init()` made. Warns once
+    (`AccelBackendsWarning`) when the group's backend or `device` differs from what
+    accelbackends would select. The context does not own the group: `accelbackends.destroy()`
+    leaves it alone; tear it down the framework's way.
 
-    After :func:`accelbackends.init`, returns the context ``init()`` made. Warns once
-    (:class:`~accelbackends.AccelBackendsWarning`) when the group's backend or ``device``
-    differs from what accelbackends would select. The context does not own the group:
-    :func:`accelbackends.destroy` leaves it alone; tear it down the framework's way.
+    Args:
+        device: The device the framework trains on (e.g. `accelerator.device`,
+            `fabric.device`); default: torch's current accelerator device, else CPU.
+        accelerator: Compare with this accelerator instead of the selection's
+            (`ACCELBACKENDS_ACCELERATOR`).
+        backend: Compare with this backend instead of the selection's
+            (`ACCELBACKENDS_BACKEND`).
+        registry: Use this registry instead of the process's default.
+
+    Raises:
+        InitError: No process group is initialised, or the launcher puts this process at a
+            different rank or in a different world size than the group does.
     """
     import torch
     import torch.distributed as dist

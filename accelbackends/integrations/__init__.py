@@ -3,11 +3,11 @@
 Each module imports its framework only when one of its functions or classes is used; none of
 the frameworks is a requirement of accelbackends.
 
-- :mod:`accelbackends.integrations.lightning`: ``AccelBackendsEnvironment``, a Lightning
-  ``ClusterEnvironment`` for ``lightning.fabric`` and ``lightning.pytorch``.
-- :mod:`accelbackends.integrations.accelerate`: Accelerate and the transformers ``Trainer`` on
+- `accelbackends.integrations.lightning`: `AccelBackendsEnvironment`, a Lightning
+  `ClusterEnvironment` for `lightning.fabric` and `lightning.pytorch`.
+- `accelbackends.integrations.accelerate`: Accelerate and the transformers `Trainer` on
   the group accelbackends made.
-- :mod:`accelbackends.integrations.deepspeed`: DeepSpeed on the accelerator accelbackends chose.
+- `accelbackends.integrations.deepspeed`: DeepSpeed on the accelerator accelbackends chose.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""What :func:`accelbackends.init` tells the frameworks through the environment after it made
+"""What `accelbackends.init` tells the frameworks through the environment after it made
 a group of more than one rank, and the check that the environment does not describe another job.
 
-Frameworks read the job from environment variables, not from ``torch.distributed``: Accelerate
+Frameworks read the job from environment variables, not from `torch.distributed`: Accelerate
 and Lightning decide whether to run distributed (and Lightning whether to start processes of its
-own) from ``LOCAL_RANK``/``WORLD_SIZE``; Accelerate ignores a CPU group unless
-``ACCELERATE_USE_CPU`` is set; DeepSpeed detects its accelerator again unless ``DS_ACCELERATOR``
-names it. Under ``mpirun`` or ``srun`` none of these is set, so each framework would see a
-one-rank job beside the group accelbackends made. :func:`export` sets what is missing;
-:func:`restore` (called by ``destroy()``) takes it back.
+own) from `LOCAL_RANK`/`WORLD_SIZE`; Accelerate ignores a CPU group unless
+`ACCELERATE_USE_CPU` is set; DeepSpeed detects its accelerator again unless `DS_ACCELERATOR`
+names it. Under `mpirun` or `srun` none of these is set, so each framework would see a
+one-rank job beside the group accelbackends made. `export` sets what is missing;
+`restore` (called by `destroy()`) takes it back.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..plugin.errors import InitError
 
 __all__ = ["DEEPSPEED_ACCELERATORS", "export", "job_variables", "restore"]
 
-#: The names DeepSpeed's ``DS_ACCELERATOR`` accepts that are also accelbackends accelerators.
+#: The names DeepSpeed's `DS_ACCELERATOR` accepts that are also accelbackends accelerators.
 DEEPSPEED_ACCELERATORS = frozenset({"cpu", "cuda", "xpu", "hpu", "npu", "mps", "mlu"})
 
 _set_by_us: list[str] = []
@@ -29,7 +29,7 @@ _exported_for: list[Any] = []  # the context export() last ran for, until restor
 
 
 def job_variables(context: Any) -> dict[str, str]:
-    """The ``env://`` variables that describe ``context``'s place in the job."""
+    """The `env://` variables that describe `context`'s place in the job."""
     return {
         "RANK": str(context.rank),
         "WORLD_SIZE": str(context.world_size),
@@ -58,8 +58,8 @@ _AFTER_INIT_HINT = (
 
 
 def check(context: Any, env: Any = None, *, after_init: bool = False) -> None:
-    """Fail when a ``env://`` variable in the environment names another place in another job
-    than ``context`` (a stale ``RANK`` from a parent job, a ``WORLD_SIZE`` set by hand)."""
+    """Fail when a `env://` variable in the environment names another place in another job
+    than `context` (a stale `RANK` from a parent job, a `WORLD_SIZE` set by hand)."""
     env = os.environ if env is None else env
     wrong = [
         f"{name}={env[name]} (the group: {value})"
@@ -77,7 +77,7 @@ def check(context: Any, env: Any = None, *, after_init: bool = False) -> None:
 
 
 def export(context: Any) -> None:
-    """Check the environment against ``context`` and, for a group of more than one rank, set
+    """Check the environment against `context` and, for a group of more than one rank, set
     the variables the frameworks read where they are missing."""
     check(context)
     if not _exported_for:
@@ -93,7 +93,7 @@ def export(context: Any) -> None:
 
 
 def restore() -> None:
-    """Remove what :func:`export` set."""
+    """Remove what `export` set."""
     _exported_for.clear()
     while _set_by_us:
         os.environ.pop(_set_by_us.pop(), None)
@@ -101,8 +101,8 @@ def restore() -> None:
 
 def _check_at_exit() -> None:
     """The last chance to see that a framework ran another job beside the group (Lightning
-    rewriting ``WORLD_SIZE`` in a parent that then trained alone): a script that never called
-    ``destroy()`` must not exit 0 then. An exception in an exit handler would not change the
+    rewriting `WORLD_SIZE` in a parent that then trained alone): a script that never called
+    `destroy()` must not exit 0 then. An exception in an exit handler would not change the
     exit status, so the process ends with status 1 here."""
     if not _exported_for:
         return

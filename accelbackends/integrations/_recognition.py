@@ -1,6 +1,6 @@
-"""Which job this process belongs to, as :func:`accelbackends.init` and
-:func:`accelbackends.attach` recognise it: accelbackends' launcher plugins, and the processes
-Lightning starts itself, which no launcher plugin claims (they carry no ``RANK``)."""
+"""Which job this process belongs to, as `accelbackends.init` and
+`accelbackends.attach` recognise it: accelbackends' launcher plugins, and the processes
+Lightning starts itself, which no launcher plugin claims (they carry no `RANK`)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ __all__ = ["cluster_for_init", "lightning_child_cluster", "recognise"]
 
 
 def lightning_child_cluster(env: Mapping[str, str]) -> ClusterInfo | None:
-    """The job as Lightning describes it to the processes it starts itself (``python train.py``
-    with ``devices=N``): ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK`` and ``MASTER_ADDR/PORT``,
-    but no ``RANK`` and no ``LOCAL_WORLD_SIZE``. None when ``env`` does not have that shape.
+    """The job as Lightning describes it to the processes it starts itself (`python train.py`
+    with `devices=N`): `LOCAL_RANK`, `WORLD_SIZE`, `NODE_RANK` and `MASTER_ADDR/PORT`,
+    but no `RANK` and no `LOCAL_WORLD_SIZE`. None when `env` does not have that shape.
 
-    The global rank is Lightning's own rule, ``NODE_RANK * ranks per node + LOCAL_RANK``, with
-    every node holding ``WORLD_SIZE / nodes`` ranks; the node count is not in the environment,
-    so a multi-node job needs ``LOCAL_WORLD_SIZE`` (or ``num_nodes`` through
-    :class:`~accelbackends.integrations.lightning.AccelBackendsEnvironment`).
+    The global rank is Lightning's own rule, `NODE_RANK * ranks per node + LOCAL_RANK`, with
+    every node holding `WORLD_SIZE / nodes` ranks; the node count is not in the environment,
+    so a multi-node job needs `LOCAL_WORLD_SIZE` (or `num_nodes` through
+    `accelbackends.integrations.lightning.AccelBackendsEnvironment`).
     """
     if "RANK" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
         return None
@@ -78,9 +78,9 @@ def recognise(registry: Registry) -> ClusterInfo:
 
 
 def cluster_for_init(registry: Registry) -> ClusterInfo:
-    """The launcher's view for :func:`accelbackends.init`, which refuses Lightning's children.
+    """The launcher's view for `accelbackends.init`, which refuses Lightning's children.
 
-    Lightning starts its processes by running the script again; one that reaches ``init()``
+    Lightning starts its processes by running the script again; one that reaches `init()`
     means the parent passed the same call before Lightning started it, made a one-rank group,
     and Lightning reuses that group: the parent would train alone.
     """

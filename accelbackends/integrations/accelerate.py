@@ -1,17 +1,17 @@
-"""Accelerate and the transformers ``Trainer`` on the process group accelbackends made.
+"""Accelerate and the transformers `Trainer` on the process group accelbackends made.
 
-Accelerate decides from the environment, not from ``torch.distributed``, whether it runs
-distributed: ``LOCAL_RANK`` (or ``WORLD_SIZE`` > 1) must be set, and a CPU group is used only
-with ``Accelerator(cpu=True)``, ``TrainingArguments(use_cpu=True)`` or ``ACCELERATE_USE_CPU``.
-Otherwise ``Accelerator()`` reports ``DistributedType.NO`` and every rank trains alone.
+Accelerate decides from the environment, not from `torch.distributed`, whether it runs
+distributed: `LOCAL_RANK` (or `WORLD_SIZE` > 1) must be set, and a CPU group is used only
+with `Accelerator(cpu=True)`, `TrainingArguments(use_cpu=True)` or `ACCELERATE_USE_CPU`.
+Otherwise `Accelerator()` reports `DistributedType.NO` and every rank trains alone.
 
-:func:`accelbackends.init` therefore exports, for a group of more than one rank and where they
-are not set already, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and either
-``ACCELERATE_USE_CPU=true`` (CPU selected) or ``ACCELERATE_TORCH_DEVICE`` (the bound device);
-``destroy()`` removes them again. Accelerate's ``PartialState`` then finds the group initialised
-and uses it as it is. :func:`verify` checks afterwards that Accelerate sees the same job.
+`accelbackends.init` therefore exports, for a group of more than one rank and where they
+are not set already, `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE` and either
+`ACCELERATE_USE_CPU=true` (CPU selected) or `ACCELERATE_TORCH_DEVICE` (the bound device);
+`destroy()` removes them again. Accelerate's `PartialState` then finds the group initialised
+and uses it as it is. `verify` checks afterwards that Accelerate sees the same job.
 
-Importing this module does not import Accelerate; :func:`verify` does.
+Importing this module does not import Accelerate; `verify` does.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ __all__ = ["verify"]
 
 def verify(state: Any = None) -> Context:
     """Check that Accelerate's view of the job is the process group's, and return the
-    :class:`~accelbackends.Context` of that group (:func:`accelbackends.attach`).
+    `accelbackends.Context` of that group (`accelbackends.attach`).
 
-    :param state: An ``Accelerator``, ``AcceleratorState`` or ``PartialState``; default:
-        Accelerate's ``PartialState()`` (which initialises it if nothing has yet).
-    :raises InitError: Accelerate's process index or number of processes differs from the
-        group's, or it does not run distributed although the group has several ranks.
+    Args:
+        state: An `Accelerator`, `AcceleratorState` or `PartialState`; default:
+            Accelerate's `PartialState()` (which initialises it if nothing has yet).
+
+    Raises:
+        InitError: Accelerate's process index or number of processes differs from the
+            group's, or it does not run distributed although the group has several ranks.
     """
     from ..attaching import attach
 

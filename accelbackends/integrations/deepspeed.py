@@ -1,13 +1,13 @@
 """DeepSpeed on the accelerator accelbackends selected.
 
-DeepSpeed detects its accelerator once, at the first ``get_accelerator()``, with its own chain
-(and no notion of accelbackends' plugins); ``DS_ACCELERATOR`` overrides that chain, and its
-names (``cpu``, ``cuda``, ``xpu``, ``hpu``, ``npu``…) are accelbackends' built-in names.
-:func:`init_distributed` sets it from the selection before DeepSpeed looks, makes the process
-group with :func:`accelbackends.init` unless one exists, and lets ``deepspeed.init_distributed``
+DeepSpeed detects its accelerator once, at the first `get_accelerator()`, with its own chain
+(and no notion of accelbackends' plugins); `DS_ACCELERATOR` overrides that chain, and its
+names (`cpu`, `cuda`, `xpu`, `hpu`, `npu`…) are accelbackends' built-in names.
+`init_distributed` sets it from the selection before DeepSpeed looks, makes the process
+group with `accelbackends.init` unless one exists, and lets `deepspeed.init_distributed`
 wrap that group instead of making its own.
 
-Importing this module does not import DeepSpeed; :func:`init_distributed` does.
+Importing this module does not import DeepSpeed; `init_distributed` does.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ __all__ = ["init_distributed", "select_accelerator"]
 
 
 def select_accelerator(accelerator: str) -> None:
-    """Set ``DS_ACCELERATOR`` to ``accelerator``, failing if DeepSpeed already chose another.
+    """Set `DS_ACCELERATOR` to `accelerator`, failing if DeepSpeed already chose another.
 
-    :raises ConfigError: DeepSpeed has no accelerator of that name, or ``DS_ACCELERATOR`` names
-        another one.
-    :raises InitError: DeepSpeed already detected a different accelerator in this process.
+    Raises:
+        ConfigError: DeepSpeed has no accelerator of that name, or `DS_ACCELERATOR` names
+            another one.
+        InitError: DeepSpeed already detected a different accelerator in this process.
     """
     if accelerator not in DEEPSPEED_ACCELERATORS:
         raise ConfigError(
@@ -55,10 +56,11 @@ def select_accelerator(accelerator: str) -> None:
 
 def init_distributed(**init_kwargs: Any) -> Context:
     """Hand DeepSpeed the selected accelerator, make the process group with
-    :func:`accelbackends.init` (``init_kwargs`` go to it) unless a group exists, and call
-    ``deepspeed.init_distributed()`` on it; returns the group's context.
+    `accelbackends.init` (`init_kwargs` go to it) unless a group exists, and call
+    `deepspeed.init_distributed()` on it; returns the group's context.
 
-    :raises InitError: DeepSpeed's rank or world size differs from the process group's.
+    Raises:
+        InitError: DeepSpeed's rank or world size differs from the process group's.
     """
     import torch.distributed as dist
 

@@ -1,14 +1,14 @@
-"""Lightning (``lightning.fabric`` and ``lightning.pytorch``) on accelbackends' launcher
-recognition: :class:`AccelBackendsEnvironment`, a Lightning ``ClusterEnvironment``.
+"""Lightning (`lightning.fabric` and `lightning.pytorch`) on accelbackends' launcher
+recognition: `AccelBackendsEnvironment`, a Lightning `ClusterEnvironment`.
 
-Lightning recognises torchrun, SLURM, LSF, Kubeflow and (with ``mpi4py``) MPI itself, each its
-own way; under ``mpirun`` without ``mpi4py`` it sees no launcher and starts processes of its own
-in every rank. With ``plugins=[AccelBackendsEnvironment()]`` ranks, world size, node rank and the
+Lightning recognises torchrun, SLURM, LSF, Kubeflow and (with `mpi4py`) MPI itself, each its
+own way; under `mpirun` without `mpi4py` it sees no launcher and starts processes of its own
+in every rank. With `plugins=[AccelBackendsEnvironment()]` ranks, world size, node rank and the
 main address and port come from the launcher accelbackends recognises (every one it knows, and
 the processes Lightning starts itself), and every rank or world size Lightning's strategy sets is
 checked against the launcher and against a process group that already exists.
 
-Importing this module imports Lightning (the ``lightning`` package, else ``lightning_fabric``).
+Importing this module imports Lightning (the `lightning` package, else `lightning_fabric`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
     "trainer_ddp",
 ]
 
-#: accelbackends accelerator → Lightning's ``accelerator=`` name, where Lightning has one.
+#: accelbackends accelerator → Lightning's `accelerator=` name, where Lightning has one.
 LIGHTNING_ACCELERATORS = {"cpu": "cpu", "cuda": "cuda", "mps": "mps"}
 
 
@@ -45,10 +45,11 @@ def _selection(selection: Selection | None) -> Selection:
 
 
 def lightning_accelerator(selection: Selection | None = None) -> str:
-    """Lightning's ``accelerator=`` name for the selected accelerator.
+    """Lightning's `accelerator=` name for the selected accelerator.
 
-    :raises ConfigError: Lightning has no built-in accelerator of that kind (XPU, HPU: Intel's
-        and Habana's Lightning packages bring their own accelerator classes; pass those).
+    Raises:
+        ConfigError: Lightning has no built-in accelerator of that kind (XPU, HPU: Intel's
+            and Habana's Lightning packages bring their own accelerator classes; pass those).
     """
     chosen = _selection(selection).accelerator
     if chosen not in LIGHTNING_ACCELERATORS:
@@ -61,14 +62,14 @@ def lightning_accelerator(selection: Selection | None = None) -> str:
 
 
 def process_group_backend(selection: Selection | None = None) -> str:
-    """The backend for the DDP strategy's ``process_group_backend=`` (``gloo``, ``nccl``,
-    ``xccl``…): the selected accelerator's backend, as ``init()`` would use it."""
+    """The backend for the DDP strategy's `process_group_backend=` (`gloo`, `nccl`,
+    `xccl`…): the selected accelerator's backend, as `init()` would use it."""
     return _selection(selection).backend
 
 
 def fabric_ddp(**kwargs: Any) -> Any:
-    """``lightning.fabric.strategies.DDPStrategy`` with :class:`AccelBackendsEnvironment` and
-    the selected backend; ``kwargs`` go to the strategy."""
+    """`lightning.fabric.strategies.DDPStrategy` with `AccelBackendsEnvironment` and
+    the selected backend; `kwargs` go to the strategy."""
     from lightning.fabric.strategies import DDPStrategy
 
     kwargs.setdefault("cluster_environment", AccelBackendsEnvironment())
@@ -77,8 +78,8 @@ def fabric_ddp(**kwargs: Any) -> Any:
 
 
 def trainer_ddp(**kwargs: Any) -> Any:
-    """``lightning.pytorch.strategies.DDPStrategy`` with :class:`AccelBackendsEnvironment` and
-    the selected backend; ``kwargs`` go to the strategy."""
+    """`lightning.pytorch.strategies.DDPStrategy` with `AccelBackendsEnvironment` and
+    the selected backend; `kwargs` go to the strategy."""
     from lightning.pytorch.strategies import DDPStrategy
 
     kwargs.setdefault("cluster_environment", AccelBackendsEnvironment())
@@ -102,14 +103,14 @@ def _group_view() -> tuple[int, int] | None:
 
 
 class AccelBackendsEnvironment(ClusterEnvironment):  # type: ignore[misc]
-    """A Lightning ``ClusterEnvironment`` whose ranks, world size, node rank and main address and
+    """A Lightning `ClusterEnvironment` whose ranks, world size, node rank and main address and
     port come from the launcher accelbackends recognises.
 
-    Without a launcher (``python train.py``) Lightning starts the other processes itself, as it
+    Without a launcher (`python train.py`) Lightning starts the other processes itself, as it
     does by default; under torchrun, srun, mpirun, mpiexec, jsrun… the launcher's processes are
     used. Whenever Lightning's strategy sets a global rank or world size, it is compared with the
-    launcher's and with an existing process group (e.g. one made by ``accelbackends.init()``),
-    and a difference raises :class:`~accelbackends.InitError` naming both.
+    launcher's and with an existing process group (e.g. one made by `accelbackends.init()`),
+    and a difference raises `accelbackends.InitError` naming both.
     """
 
     def __init__(self, registry: Registry | None = None) -> None:
@@ -122,7 +123,7 @@ class AccelBackendsEnvironment(ClusterEnvironment):  # type: ignore[misc]
 
     @property
     def launcher(self) -> str:
-        """The launcher accelbackends recognised (``single`` when there is none)."""
+        """The launcher accelbackends recognised (`single` when there is none)."""
         return self._cluster.launcher
 
     @property
