@@ -25,6 +25,7 @@ TINY: dict[str, list[str]] = {
     "rendezvous-scale": ["--ranks", "2", "--repeats", "1", "--warmup", "0"],
     "rendezvous-stalls": ["--probes", "2", "--runs", "1", "--ranks", "2"],
     "rendezvous-sim": ["--ranks", "4", "--tcp-ranks", "4", "--repeats", "1"],
+    "local-stores": ["--ranks", "2", "--repeats", "1", "--warmup", "0", "--connections", "3"],
     "cpu-affinity": ["--rounds", "1", "--steps", "2", "--size", "32", "--grad-mib", "0.01"],
 }
 
