@@ -39,8 +39,17 @@ from datetime import timedelta
 from typing import Any
 
 from . import _ranks
-from ._common import Goal, add_common_arguments, ms, report, say, summary, table, write_results
-from .rendezvous_scale import _ranks_list  # the same --ranks syntax
+from ._common import (
+    Goal,
+    add_common_arguments,
+    ms,
+    rank_counts,
+    report,
+    say,
+    summary,
+    table,
+    write_results,
+)
 
 STORES = ("localstore", "FileStore", "TCPStore-loopback")
 #: Every store operation and the job as a whole give up after this long (a hang guard).
@@ -50,7 +59,7 @@ TIMEOUT = timedelta(seconds=120)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, "local_stores")
     parser.add_argument(
-        "--ranks", type=_ranks_list, default=[2, 4, 8, 16, 32], help="default 2,4,8,16,32"
+        "--ranks", type=rank_counts, default=[2, 4, 8, 16, 32], help="default 2,4,8,16,32"
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per count (5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
