@@ -43,6 +43,10 @@ from ._common import (
 
 INFO = "accelbackends info --json"
 UNCACHED = "accelbackends info --json, cache off"
+FLOOR = "python -c 'import <what info needs>'"
+#: The modules a warm ``info`` cannot do without, and nothing of accelbackends: the floor
+#: under the start-up goal (pluggy and dataclasses bring inspect, ast and dis).
+_FLOOR = "import argparse, datetime, json, pathlib, threading, dataclasses, pluggy"
 SELECT = "accelbackends.select()"
 TORCH = 'python -c "import torch"'
 BARE = "python -c pass"
@@ -77,6 +81,7 @@ def commands(with_peers: bool) -> dict[str, list[str]]:
         # start asks importlib.metadata, as before the cache (plus env's own exec, ~1 ms).
         UNCACHED: ["env", "XDG_CACHE_HOME=off", *_console_script(), "info", "--json"],
         SELECT: [sys.executable, "-c", _SELECT],
+        FLOOR: [sys.executable, "-c", _FLOOR],
         TORCH: [sys.executable, "-c", "import torch"],
     }
     if with_peers:
@@ -154,6 +159,15 @@ def main(args: argparse.Namespace) -> int:
             f"{saved / bare_s:.1f}x python -c pass)",
             "keep only if it saves time",
             saved > 0,
+        )
+    )
+    floor = median_s(FLOOR) / bare_s
+    goals.append(
+        Goal(
+            "the modules info needs, without accelbackends, vs python -c pass",
+            f"{floor:.1f}x ({ms(median_s(FLOOR))})",
+            "the floor under the start-up goal",
+            None,
         )
     )
     goals += [
