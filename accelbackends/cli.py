@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
 
-from ._text import say
+from ._text import clean, say, terminal_width
 from .errors import AccelBackendsError, ConfigError, first_line
 
 __all__ = ["main"]
@@ -30,10 +31,72 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+_EXAMPLES = """\
+examples:
+  accelbackends info                   what this node has and what would be chosen, and why
+  accelbackends info --report          a block to paste into a bug report
+  accelbackends check                  start 2 local ranks (CPU) or one per device and test them
+  accelbackends check -v --nproc 4     4 ranks, with torch's own log lines and full tracebacks
+  torchrun --nproc-per-node 8 -m accelbackends check
+                                       join the ranks torchrun started
+  accelbackends check --json | jq .ok  one JSON object, also on failure
+
+exit status: 0 ok, 1 a check failed or a rank died, 2 bad input (a flag or a variable).
+"""
+
+
+def _docs_link() -> str:
+    """Where the documentation lives: the distribution's Documentation URL, where it has one."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("accelbackends").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("documentation", "docs"):
+            return f"documentation: {url.strip()}"
+    return "documentation: the docs/ folder of the source (mkdocs), Troubleshooting first"
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions as usual but keeps a text with its own line breaks (the examples)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse's own usage errors already exit 2; keep them to one line plus the hint.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # One prefix for every error, argparse's and ours: "accelbackends: error: ...", with
+        # the help of the (sub)command that refused the argument.
+        choice = re.match(r"argument COMMAND: invalid choice: '(.*?)'", message)
+        if choice:
+            import difflib
+
+            close = difflib.get_close_matches(choice.group(1), _COMMANDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            message = (
+                f"{clean(repr(choice.group(1)), 200)} is not a command{hint} "
+                f"(commands: {', '.join(_COMMANDS)})"
+            )
+        self.exit(EXIT_USAGE, f"accelbackends: error: {clean(message)} (see {self.prog} --help)\n")
+
+
+_COMMANDS = ("info", "check")
+
+
+def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="show torch's own C++ log lines and full tracebacks",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,43 +106,75 @@ def _parser() -> argparse.ArgumentParser:
         prog="accelbackends",
         description="Which accelerator, device and communication backend this process uses, "
         "and proof that the ranks can talk.",
+        epilog=_EXAMPLES + _docs_link(),
+        formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"accelbackends {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show torch's own C++ log lines and full tracebacks",
-    )
+    parser.add_argument("-V", "--version", action="version", version=f"accelbackends {__version__}")
+    _verbose_flag(parser, False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands.required = True
     info = commands.add_parser(
-        "info", help="what this node has, what would be chosen and why (does not import torch)"
+        "info",
+        help="what this node has, what would be chosen and why (does not import torch)",
+        description="What this node has, which accelerator and backend would be chosen and "
+        "why, the cluster environment the launcher variables describe, and the "
+        "ACCELBACKENDS_* variables set. A bad variable is shown where it applies; the report "
+        "is still printed. Exit 0: no problem found; 2: a bad variable or override. Does not "
+        "import torch.",
+        epilog=_docs_link(),
+        formatter_class=_Formatter,
     )
-    info.add_argument("--json", action="store_true", help="print one JSON object")
+    # -v after the subcommand too (``accelbackends check -v``); SUPPRESS keeps the value given
+    # before it.
+    _verbose_flag(info, argparse.SUPPRESS)
+    shown = info.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print one JSON object")
+    shown.add_argument(
+        "--report",
+        action="store_true",
+        help="print a block to paste into a bug report: versions, platform, the report",
+    )
     info.add_argument("--all", action="store_true", help="list the built-in plugins too")
     check = commands.add_parser(
-        "check", help="start (or join) the ranks, verify collectives and measure bandwidth"
+        "check",
+        help="start (or join) the ranks, verify collectives and measure bandwidth",
+        epilog=_docs_link(),
     )
+    _verbose_flag(check, argparse.SUPPRESS)
     from . import check as check_command
 
     check_command.add_arguments(check)
     return parser
 
 
-def _info(args: argparse.Namespace) -> int:
-    from .info import collect, render
+def _info(args: argparse.Namespace, argv: list[str]) -> int:
+    from .info import collect, render, render_bug_report
     from .registry import default_registry
 
     report = collect(default_registry(), show_all=args.all)
-    say(json.dumps(report, indent=2) if args.json else render(report))
+    if args.json:
+        say(json.dumps(report, indent=2), plain=True)
+    elif args.report:
+        say(render_bug_report(report, argv), plain=True)
+    else:
+        say(render(report, terminal_width()))
+    if report["error"]:
+        if not args.json:
+            print(f"accelbackends: error: {clean(report['error'])}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        # Nothing asked: show what can be asked, as git and pip do (exit 0: not an error).
+        say(parser.format_help().rstrip(), plain=True)
+        return EXIT_OK
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("a command is required: info or check")
     if not args.verbose:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
@@ -87,19 +182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "info":
-            return _info(args)
+            return _info(args, argv)
         from . import check as check_command
 
         return check_command.run(args)
     except ConfigError as exc:
         if args.verbose:
             raise
-        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except AccelBackendsError as exc:
         if args.verbose:
             raise
-        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("accelbackends: interrupted", file=sys.stderr)

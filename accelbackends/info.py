@@ -1,21 +1,36 @@
 """What ``accelbackends info`` reports: plugins, detection, selection, cluster, overrides, versions.
 
 Everything here is read without importing torch: torch's version comes from its installed
-metadata.
+metadata. ``info`` is what a user runs to find out what is wrong, so a bad override or launcher
+variable does not stop the report: each section that cannot be computed carries its ``error``,
+shown where it applies, and the report's own ``error`` is the first of them (the CLI then exits
+2).
 """
 
 from __future__ import annotations
 
 import platform
+import sys
 from typing import Any
 
 from . import config
-from ._text import aligned
+from ._text import aligned, wrap
 from .accelerators._packages import installed
+from .errors import AccelBackendsError, first_line
 from .registry import Registry
 from .selection import select
 
-__all__ = ["collect", "render"]
+__all__ = ["collect", "render", "render_bug_report"]
+
+_CLUSTER_KEYS = (
+    "rank",
+    "world_size",
+    "local_rank",
+    "local_world_size",
+    "node_rank",
+    "master_addr",
+    "master_port",
+)
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -24,114 +39,153 @@ def _installed_version(distribution: str) -> str | None:
 
 
 def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
-    """The report as plain data (what ``info --json`` prints)."""
-    from ._version import __version__
+    """The report as plain data (what ``info --json`` prints).
 
-    plugins = [
-        {
-            "name": p.name,
-            "distribution": p.distribution,
-            "version": p.version,
-            "status": p.status,
-            "error": p.error,
-            "builtin": p.builtin,
-        }
-        for p in registry.plugins
-        if show_all or not p.builtin or p.status != "active"
-    ]
-    candidates = registry.detect()
-    accelerators = [
-        {
-            "name": c.name,
-            "plugin": c.plugin,
-            "available": c.available,
-            "device_count": c.detection.device_count,
-            "priority": c.spec.priority,
-            "backends": list(c.spec.backends),
-            "default_backend": c.spec.default_backend,
-            "reason": c.detection.reason,
-        }
-        for c in candidates
-    ]
-    selection = select(registry=registry)
-    cluster = registry.cluster_environment()
+    Never raises for bad input: a section that cannot be computed has an ``error``, and so
+    has the report (the first one; ``errors`` lists them all).
+    """
+    errors: list[str] = []
+
+    def failed(exc: AccelBackendsError) -> str:
+        errors.append(first_line(exc))
+        return errors[-1]
+
+    plugins: list[dict[str, Any]] = []
+    accelerators: list[dict[str, Any]] = []
+    plugins_error = None
+    try:
+        plugins = [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "version": p.version,
+                "status": p.status,
+                "error": p.error,
+                "builtin": p.builtin,
+            }
+            for p in registry.plugins
+            if show_all or not p.builtin or p.status != "active"
+        ]
+        accelerators = [
+            {
+                "name": c.name,
+                "plugin": c.plugin,
+                "available": c.available,
+                "device_count": c.detection.device_count,
+                "priority": c.spec.priority,
+                "backends": list(c.spec.backends),
+                "default_backend": c.spec.default_backend,
+                "reason": c.detection.reason,
+            }
+            for c in registry.detect()
+        ]
+    except AccelBackendsError as exc:
+        plugins_error = failed(exc)
+    selected: dict[str, Any] = dict.fromkeys(
+        ("accelerator", "backend", "reason", "backend_reason", "error")
+    )
+    if plugins_error is None:
+        try:
+            selection = select(registry=registry)
+            selected.update(
+                accelerator=selection.accelerator,
+                backend=selection.backend,
+                reason=selection.reason,
+                backend_reason=selection.backend_reason,
+            )
+        except AccelBackendsError as exc:
+            selected["error"] = failed(exc)
+    else:
+        selected["error"] = f"not selected: {plugins_error}"
+    cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
+    try:
+        found = registry.cluster_environment() if plugins_error is None else None
+    except AccelBackendsError as exc:
+        cluster["error"] = failed(exc)
+    else:
+        if found is None:
+            cluster["error"] = f"not recognised: {plugins_error}"
+        else:
+            cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
+            cluster.update(sources=dict(found.sources), error=None)
+    override_errors = config.validate(registry.env)
+    errors += [message for message in override_errors.values() if message not in errors]
     return {
+        "error": errors[0] if errors else None,
+        "errors": errors,
         "plugins": plugins,
+        "plugins_error": plugins_error,
         "accelerators": accelerators,
-        "selected": {
-            "accelerator": selection.accelerator,
-            "backend": selection.backend,
-            "reason": selection.reason,
-            "backend_reason": selection.backend_reason,
-        },
-        "cluster": {
-            "launcher": cluster.launcher,
-            "rank": cluster.rank,
-            "world_size": cluster.world_size,
-            "local_rank": cluster.local_rank,
-            "local_world_size": cluster.local_world_size,
-            "node_rank": cluster.node_rank,
-            "master_addr": cluster.master_addr,
-            "master_port": cluster.master_port,
-            "sources": dict(cluster.sources),
-        },
+        "selected": selected,
+        "cluster": cluster,
         "overrides": config.overrides(registry.env),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": _installed_version("torch"),
-            "pluggy": _installed_version("pluggy"),
-            "accelbackends": __version__,
-        },
+        "override_errors": override_errors,
+        "unknown_variables": config.unknown(registry.env),
+        "versions": versions(),
+        "platform": platform.platform(),
     }
 
 
-def render(report: dict[str, Any]) -> str:
-    """The report as text for a terminal."""
+def versions() -> dict[str, str | None]:
+    """Python, torch, pluggy and accelbackends, read without importing torch."""
+    from ._version import __version__
+
+    return {
+        "python": platform.python_version(),
+        "torch": _installed_version("torch"),
+        "pluggy": _installed_version("pluggy"),
+        "accelbackends": __version__,
+    }
+
+
+def render(report: dict[str, Any], width: int | None = None) -> str:
+    """The report as text for a terminal, wrapped to ``width`` where given."""
     lines: list[str] = []
     selected = report["selected"]
-    lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
-    lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
+    if selected["error"]:
+        lines.append(f"selected: none: error: {selected['error']}")
+    else:
+        lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
+        lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
     lines.append("")
-    lines.append("accelerators:")
-    rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
-    for acc in report["accelerators"]:
-        backends = ",".join(f"{b}*" if b == acc["default_backend"] else b for b in acc["backends"])
-        rows.append(
-            [
-                acc["name"],
-                "yes" if acc["available"] else "no",
-                str(acc["device_count"]),
-                str(acc["priority"]),
-                backends,
-                acc["plugin"],
-                acc["reason"],
-            ]
-        )
-    lines += aligned(rows, "  ")
-    lines.append("  (* default backend)")
+    if report["plugins_error"]:
+        lines.append(f"accelerators: not detected: error: {report['plugins_error']}")
+    else:
+        lines.append("accelerators:")
+        rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
+        for acc in report["accelerators"]:
+            backends = ",".join(
+                f"{b}*" if b == acc["default_backend"] else b for b in acc["backends"]
+            )
+            rows.append(
+                [
+                    acc["name"],
+                    "yes" if acc["available"] else "no",
+                    str(acc["device_count"]),
+                    str(acc["priority"]),
+                    backends,
+                    acc["plugin"],
+                    acc["reason"],
+                ]
+            )
+        lines += aligned(rows, "  ", width)
+        lines.append("  (* default backend)")
     lines.append("")
     cluster = report["cluster"]
-    lines.append(f"cluster: {cluster['launcher']}")
-    sources = cluster["sources"]
-    rows = []
-    for key in (
-        "rank",
-        "world_size",
-        "local_rank",
-        "local_world_size",
-        "node_rank",
-        "master_addr",
-        "master_port",
-    ):
-        value = cluster[key]
-        rows.append(
+    if cluster.get("error"):
+        lines.append(f"cluster: unknown: error: {cluster['error']}")
+    else:
+        lines.append(f"cluster: {cluster['launcher']}")
+        sources = cluster["sources"]
+        rows = [
             [
                 key,
-                "-" if value is None else str(value),
+                "-" if cluster[key] is None else str(cluster[key]),
                 f"from {sources[key]}" if key in sources else "",
             ]
-        )
-    lines += aligned(rows, "  ")
+            for key in _CLUSTER_KEYS
+        ]
+        lines += aligned(rows, "  ", width)
     lines.append("")
     plugins = report["plugins"]
     lines.append(
@@ -143,15 +197,64 @@ def render(report: dict[str, Any]) -> str:
             [p["name"], p["distribution"] or "-", p["version"] or "-", p["status"], p["error"]]
             for p in plugins
         ]
-        lines += aligned(rows, "  ")
+        lines += aligned(rows, "  ", width)
     lines.append("")
     overrides = report["overrides"]
     lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")
-    lines += [f"  {key}={value}" for key, value in overrides.items()]
+    notes = report["override_errors"] | {
+        key: f"warning: {note}" for key, note in report["unknown_variables"].items()
+    }
+    rows = [
+        [f"{key}={config.shown(value)[1:-1]}", _note(notes.get(key))]
+        for key, value in overrides.items()
+    ]
+    if rows:
+        lines += aligned(rows, "  ", width)
     versions = report["versions"]
     lines.append("")
     lines.append(
         "versions: "
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items())
     )
+    return "\n".join(wrap(line, width) for line in lines)
+
+
+def _note(message: str | None) -> str:
+    if message is None:
+        return ""
+    return message if message.startswith("warning: ") else f"error: {message}"
+
+
+def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
+    """``info --report``: one Markdown block to paste into a bug report: versions, platform,
+    how the command was run, the launcher variables it saw, and the whole report."""
+    import os
+
+    from .testing.cluster import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
+
+    launcher = {
+        key: config.shown(value)[1:-1]
+        for key, value in sorted(os.environ.items())
+        if (key in LAUNCHER_VARIABLES or key.startswith(LAUNCHER_PREFIXES))
+        and not key.startswith(config.PREFIX)
+    }
+    lines = [
+        "<!-- accelbackends info --report: paste everything below into the issue -->",
+        "```text",
+        f"accelbackends {report['versions']['accelbackends']}",
+        f"platform: {report['platform']}",
+        f"python: {sys.version.split()[0]} ({platform.python_implementation()}) at "
+        f"{os.path.basename(sys.executable)}",
+        "packages: "
+        + ", ".join(
+            f"{name} {version or 'not installed'}"
+            for name, version in report["versions"].items()
+            if name != "python"
+        ),
+        f"command: accelbackends {' '.join(argv)}".rstrip(),
+        "launcher variables: " + (", ".join(f"{k}={v}" for k, v in launcher.items()) or "none"),
+        "",
+        render(report),
+        "```",
+    ]
     return "\n".join(lines)

@@ -126,16 +126,106 @@ def test_info_lists_a_failed_plugin_with_its_error_and_still_works(
         ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK='one' is not valid"),
     ],
 )
-def test_bad_override_exits_2_with_one_line_and_no_traceback(
+def test_bad_override_still_prints_the_report_with_the_error_where_it_applies_and_exits_2(
     cli: Cli, env: dict[str, str], message: str
 ) -> None:
     result = cli("info", env=env)
     assert result.returncode == 2
-    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("accelbackends: error: ")
     assert message in lines[0]
+    # The report is still there, the error on the line it concerns.
+    assert "versions: python" in result.stdout
+    where = next(line for line in result.stdout.splitlines() if message in line)
+    section = "cluster:" if "RANK" in message else "selected:"
+    assert where.startswith((section, "accelerators:", "  ACCELBACKENDS_"))
+
+
+@pytest.mark.parametrize(
+    ("env", "section"),
+    [
+        ({"ACCELBACKENDS_ACCELERATOR": "cuda"}, "selected"),
+        ({"ACCELBACKENDS_BACKEND": "nccl"}, "selected"),
+        ({"RANK": "0"}, "cluster"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "cluster"),
+    ],
+)
+def test_info_json_with_a_bad_variable_is_the_whole_object_with_the_error(
+    cli: Cli, env: dict[str, str], section: str
+) -> None:
+    result = cli("info", "--json", env=env)
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    assert report["error"] and report["error"] == report[section]["error"]
+    assert report["errors"] == [report["error"]]
+    assert report["accelerators"] and report["versions"]["accelbackends"]
+    assert result.stderr == ""  # the JSON carries the error; nothing else to parse around
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ACCELBACKENDS_SHARE_DEVICES", "maybe", "is not a boolean"),
+        ("ACCELBACKENDS_EAGER_INIT", "sometimes", "is not a boolean"),
+        ("ACCELBACKENDS_TIMEOUT", "1e300", "out of range"),
+        ("ACCELBACKENDS_TIMEOUT", "1e14", "out of range"),
+        ("ACCELBACKENDS_RENDEZVOUS_TIMEOUT", "1e-9", "out of range"),
+        ("ACCELBACKENDS_NVML", "not a module", "is not valid"),
+    ],
+)
+def test_info_validates_every_variable_it_shows(
+    cli: Cli, variable: str, value: str, message: str
+) -> None:
+    result = cli("info", "--json", env={variable: value})
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    assert message in report["override_errors"][variable]
+    assert report["error"] == report["override_errors"][variable]
+    text = cli("info", env={variable: value, "COLUMNS": "200"})
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith(f"  {variable}="))
+    assert "error: " in line and message in line
+
+
+def test_info_warns_about_an_unknown_variable_naming_the_closest_one(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_TIMEOT": "5", "COLUMNS": "200"})
+    assert result.returncode == 0
+    assert "did you mean ACCELBACKENDS_TIMEOUT?" in result.stdout
+
+
+def test_info_escapes_control_characters_and_cuts_long_values(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_SHARE_DEVICES": "\x1b[31m" + "y" * 100 * 1024})
+    assert result.returncode == 2
+    assert "\x1b" not in result.stdout + result.stderr
+    assert len(result.stdout) < 10_000 and len(result.stderr) < 1_000
+    assert "\\x1b[31m" in result.stderr
+
+
+def test_info_wraps_to_columns_and_never_past_them(cli: Cli) -> None:
+    result = cli("info", env={"COLUMNS": "80", "ACCELBACKENDS_BACKEND": "nccl"})
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # A wrapped line continues indented, never in column 0.
+    assert all(line[:1] in ("", " ") or line.endswith(":") or ":" in line for line in lines)
+    assert not any(line.startswith(("no ", "/dev", "torch ")) for line in lines)
+
+
+def test_info_piped_is_not_wrapped(cli: Cli) -> None:
+    result = cli("info")
+    cuda = next(line for line in result.stdout.splitlines() if line.startswith("  cuda "))
+    assert "has no GPU support" in cuda or "GPU" in cuda
+    assert max(len(line) for line in result.stdout.splitlines()) > 80
+
+
+def test_info_report_is_a_block_to_paste_with_versions_platform_and_the_report(cli: Cli) -> None:
+    result = cli("info", "--report")
+    assert result.returncode == 0
+    out = result.stdout
+    assert out.count("```") == 2
+    assert f"accelbackends {accelbackends.__version__}" in out
+    assert "platform: " in out and "python: " in out and "torch " in out
+    assert "selected: cpu with gloo" in out
 
 
 def test_bad_flag_exits_2_naming_it(cli: Cli) -> None:
@@ -145,12 +235,42 @@ def test_bad_flag_exits_2_naming_it(cli: Cli) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_missing_command_exits_2(cli: Cli) -> None:
-    assert cli().returncode == 2
+def test_no_arguments_shows_the_help_and_exits_0(cli: Cli) -> None:
+    result = cli()
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: accelbackends")
+    assert "examples:" in result.stdout and "documentation:" in result.stdout
 
 
-def test_version_flag(cli: Cli) -> None:
-    result = cli("--version")
+def test_typo_in_the_command_suggests_the_closest_one(cli: Cli) -> None:
+    result = cli("chek")
+    assert result.returncode == 2
+    assert result.stderr.startswith("accelbackends: error: 'chek' is not a command")
+    assert "did you mean 'check'?" in result.stderr
+
+
+@pytest.mark.parametrize("args", [("check", "-v", "--nproc", "0"), ("-v", "check", "--nproc", "0")])
+def test_verbose_is_accepted_before_and_after_the_command(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    assert "--nproc" in result.stderr and "-v" not in result.stderr.split("error:")[1]
+
+
+def test_every_error_has_the_same_prefix(cli: Cli) -> None:
+    usage = cli("check", "--nproc", "x")
+    late = cli("check", env={"ACCELBACKENDS_BACKEND": "nccl"})
+    for result in (usage, late):
+        assert result.returncode == 2
+        assert result.stderr.startswith("accelbackends: error: "), result.stderr
+
+
+def test_info_help_has_a_description(cli: Cli) -> None:
+    assert "A bad variable is shown where it applies" in cli("info", "--help").stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag(cli: Cli, flag: str) -> None:
+    result = cli(flag)
     assert (
         result.returncode == 0
         and result.stdout.strip() == f"accelbackends {accelbackends.__version__}"
