@@ -69,6 +69,14 @@ class _Formatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
+class _UsageError(Exception):
+    """argparse refused the command line; ``main`` reports it (as JSON too, where asked)."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One prefix for every error, argparse's and ours: "accelbackends: error: ...", with
@@ -83,7 +91,7 @@ class _Parser(argparse.ArgumentParser):
                 f"{clean(repr(choice.group(1)), 200)} is not a command{hint} "
                 f"(commands: {', '.join(_COMMANDS)})"
             )
-        self.exit(EXIT_USAGE, f"accelbackends: error: {clean(message)} (see {self.prog} --help)\n")
+        raise _UsageError(message, self.prog)
 
 
 _COMMANDS = ("info", "check")
@@ -164,6 +172,21 @@ def _info(args: argparse.Namespace, argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _json_failure(args: argparse.Namespace, exc: BaseException) -> None:
+    """``check --json`` prints exactly one JSON object, also when it fails before any rank ran
+    (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
+    if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
+        return
+    from .check.report import failure_report, print_json
+
+    print_json(failure_report(clean(first_line(exc)), getattr(exc, "report_so_far", None)))
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether a command line that argparse refused asked for ``check --json``."""
+    return "check" in argv and "--json" in argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
     parser = _parser()
@@ -172,9 +195,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Nothing asked: show what can be asked, as git and pip do (exit 0: not an error).
         say(parser.format_help().rstrip(), plain=True)
         return EXIT_OK
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.error("a command is required: info or check")
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("a command is required: info or check")
+    except _UsageError as exc:
+        if _wants_json(argv):
+            from .check.report import failure_report, print_json
+
+            print_json(failure_report(clean(str(exc))))
+        print(f"accelbackends: error: {clean(str(exc))} (see {exc.prog} --help)", file=sys.stderr)
+        return EXIT_USAGE
     if not args.verbose:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
@@ -187,11 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return check_command.run(args)
     except ConfigError as exc:
+        _json_failure(args, exc)
         if args.verbose:
             raise
         print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except AccelBackendsError as exc:
+        _json_failure(args, exc)
         if args.verbose:
             raise
         print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)

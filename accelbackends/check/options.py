@@ -113,6 +113,8 @@ class Options:
     rendezvous_timeout: float | None
     json: bool
     plot: str | None
+    #: Where rank 0 keeps the report so far for the parent (standalone runs; None: nowhere).
+    progress: str | None = None
 
     def top(self, device_type: str) -> int:
         """The largest swept size: --max-bytes, else the default for the device type."""
