@@ -195,7 +195,7 @@ def _child(
             (
                 "error",
                 cluster.rank,
-                "unpicklable return value",
+                "",
                 f"returned a {_type_name(result)} that cannot be sent back to the parent "
                 f"({describe(exc)}); return plain data, tensors or arrays",
                 "",
@@ -580,7 +580,8 @@ def _collect(
                         (
                             stamp,
                             _rank_error(
-                                f"rank {rank} of {total} raised {kind}: {text}"
+                                f"rank {rank} of {total} "
+                                + (f"raised {kind}: {text}" if kind else text)
                                 + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
                                 rank,
                                 trace,

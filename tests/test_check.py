@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from conftest import _LAUNCHER_PREFIXES, _LAUNCHER_VARS, run_cli
 
+import accelbackends
 from accelbackends import check
 
 #: Tiny sweeps keep every run to a few seconds on a 2-core machine.
@@ -32,14 +33,16 @@ FAKE_COMM = '''
 """Test code only: accelerator "fakecomm" on the CPU with backends that run over Gloo but
 misbehave on purpose. partial: all_to_all is not implemented (said the way torch's backends say
 it). lying: all_reduce sums are off by one on rank 1. dies: rank 1 exits in broadcast. hangs:
-rank 1 sleeps in broadcast."""
+rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
+2 KiB all_reduce of the bandwidth sweep."""
 
 import os
+import signal
 import time
 
 import accelbackends
 
-BACKENDS = ("partial", "lying", "dies", "hangs")
+BACKENDS = ("partial", "lying", "dies", "hangs", "stops")
 
 
 def _register_backends():
@@ -58,6 +61,8 @@ def _register_backends():
             return self._name
 
         def allreduce(self, tensors, opts):
+            if self._name == "stops" and self.rank() == 1 and tensors[0].numel() == 512:
+                os.kill(os.getpid(), signal.SIGSTOP)  # 2 KiB: a size only the sweep uses
             work = self._gloo.allreduce(tensors, opts)
             if self._name == "lying" and self.rank() == 1 and opts.reduceOp == dist.ReduceOp.SUM:
                 work.wait()
@@ -440,6 +445,34 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
     report = _report(result)  # still exactly one JSON object, saying what happened
     assert report["ok"] is False and "rank 1 of 2" in report["error"]
     assert time.monotonic() - started < 60  # not a hang (the limit is generous on purpose)
+
+
+@pytest.mark.slow
+def test_rank_that_stops_answering_is_named_and_the_passed_checks_stay_in_the_json(
+    fake_comm: Path,
+) -> None:
+    result = run_cli(
+        "check",
+        "--json",
+        "--timeout",
+        "8",
+        *QUICK,
+        pythonpath=fake_comm,
+        env={"ACCELBACKENDS_BACKEND": "stops"},
+        timeout=120,
+    )
+    assert result.returncode == 1
+    report = _report(result)
+    assert report["ok"] is False
+    assert report["error"].startswith("rank 1 (silent for ")
+    assert "stopped answering" in report["error"]
+    assert result.stderr.strip().splitlines()[-1] == f"accelbackends: error: {report['error']}"
+    # The checks before the stop are still reported, as are who ran where.
+    checks = _checks(report)
+    assert checks["all_reduce sum float32"]["ok"] is True and len(checks) > 20
+    assert [b["bytes"] for b in report["bandwidth"]] == [1024]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["hosts"] and report["versions"]["accelbackends"] == accelbackends.__version__
 
 
 @pytest.mark.slow

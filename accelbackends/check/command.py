@@ -80,8 +80,9 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         )
     except SpawnError as exc:
         so_far = read_progress(progress)
-        # Rank 0's own account (a rank that stopped answering) says more than "exited with 1".
-        error = so_far.get("error") or first_line(exc)
+        # Rank 0 names a rank that stopped answering; otherwise spawn() names the rank that
+        # failed first (rank 0's own error would blame the survivor).
+        error = so_far.get("stalled") or first_line(exc)
         if options.json:
             base = {
                 "world_size": nproc,

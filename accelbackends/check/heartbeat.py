@@ -14,7 +14,7 @@ __all__ = ["Heartbeat"]
 
 #: How often each rank bumps its counter, and how long a silent counter takes to count as stopped.
 INTERVAL = 1.0
-SILENT_AFTER = 5.0
+SILENT_AFTER = 3.0
 _KEY = "accelbackends/check/alive/"
 
 

@@ -36,6 +36,8 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
 
     def expired(message: str) -> None:
         progress.update(ok=False, error=message)
+        if heartbeat.silent():
+            progress.update(stalled=message)
         if options.json and options.progress is None:
             # Under a launcher rank 0 is the reporting process: the JSON comes now or never.
             print_json(progress.report)
@@ -76,7 +78,10 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         bandwidth, problems = sweep(session)
         checks += session.gather(problems, "bandwidth")
     except BaseException as exc:
-        progress.update(ok=False, error=heartbeat.explain() or first_line(exc))
+        progress.update(ok=False, error=first_line(exc))
+        if heartbeat.silent():
+            # Whom to blame: the rank that went silent, not this one that waited for it.
+            progress.update(stalled=heartbeat.explain())
         if ctx.rank == 0:
             # Under a launcher this process prints the JSON: the checks that passed stay in it.
             exc.report_so_far = progress.report  # type: ignore[attr-defined]

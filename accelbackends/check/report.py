@@ -144,7 +144,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "checks": [],
         "bandwidth": [],
     }
-    report.update({k: v for k, v in (so_far or {}).items() if k not in ("ok", "error")})
+    report.update({k: v for k, v in (so_far or {}).items() if k not in ("ok", "error", "stalled")})
     return report
 
 
