@@ -8,14 +8,17 @@ SIGTERM; in both, the ranks started by ``check`` are stopped first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
-from ._text import clean, say, terminal_width
+from ._text import clean, colour, say, terminal_width
 from .errors import AccelBackendsError, ConfigError, first_line
 
 __all__ = ["main"]
@@ -187,8 +190,35 @@ def _wants_json(argv: list[str]) -> bool:
     return "check" in argv and "--json" in argv
 
 
+def _show_warnings_as_one_line() -> None:
+    """The package's warnings as ``accelbackends: warning: ...`` (yellow on a terminal) instead
+    of Python's ``path:line: Category: message`` and a source line; others as Python shows them."""
+    from .errors import AccelBackendsWarning
+
+    python_way = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, AccelBackendsWarning):
+            python_way(message, category, filename, lineno, file, line)
+            return
+        stream = file or sys.stderr
+        prefix = colour("accelbackends: warning:", "yellow", stream)
+        with contextlib.suppress(OSError):
+            print(f"{prefix} {clean(str(message))}", file=stream)
+
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
+    _show_warnings_as_one_line()
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
