@@ -89,10 +89,12 @@ def wrap(text: str, width: int | None) -> str:
 
 
 def say(line: str, *, plain: bool = False) -> None:
-    """Print ``line`` (one or more lines) to stdout and flush; wrapped to the terminal and with
-    PASSED/FAILED in colour, unless ``plain`` (JSON) or piped."""
+    """Print ``line`` (one or more lines) to stdout and flush; control characters escaped,
+    wrapped to the terminal and with PASSED/FAILED in colour, unless ``plain`` (JSON, which
+    escapes them itself) or piped."""
     if not plain:
-        line = wrap(line, terminal_width())
+        # Values from the environment and from plugins may hold escape codes: show, never obey.
+        line = wrap(clean(line, limit=sys.maxsize), terminal_width())
         if colour_enabled():
             line = _VERDICTS.sub(
                 lambda m: colour(m.group(), "green" if m.group() == "PASSED" else "red"), line

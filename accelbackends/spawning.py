@@ -300,8 +300,13 @@ def spawn(
         initialised in this process), ``spawn`` or ``forkserver``.
     :param init_options: Keyword arguments for :func:`accelbackends.init` (``accelerator=``,
         ``backend=``, ``timeout=``, ``seed=``, and ``registry=`` with the fork start method).
-    :return: The return values of ``fn``, indexed by rank.
-    :raises SpawnError: A rank raised or died; names the rank and carries its message.
+    :return: The return values of ``fn``, indexed by rank, owned by this process: tensors
+        arrive whole (a tensor on a device is copied to the CPU by its rank), as do numpy
+        arrays and containers of them.
+    :raises SpawnError: A rank raised or died; names the rank and carries its message and
+        traceback. Where a rank raised, the error is also an instance of that exception's
+        class (``except ValueError`` catches a rank's ``ValueError``), unless the class cannot
+        be found in this process or combined with :class:`SpawnError`.
     """
     if not callable(fn):
         raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")

@@ -301,3 +301,10 @@ def test_module_entry_point_is_python_dash_m() -> None:
         timeout=60,
     )
     assert json.loads(result.stdout)["selected"]["backend"] == "gloo"
+
+
+def test_escape_codes_in_a_launcher_variable_are_shown_escaped(cli: Cli) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "\x1b[31mred", "MASTER_PORT": "29500"}
+    result = cli("info", env=env)
+    assert "\x1b" not in result.stdout
+    assert "\\x1b[31mred" in result.stdout
