@@ -94,10 +94,29 @@ class _Parser(argparse.ArgumentParser):
                 f"{clean(repr(choice.group(1)), 200)} is not a command{hint} "
                 f"(commands: {', '.join(_COMMANDS)})"
             )
+        unknown = re.match(r"unrecognized arguments: (-[^\s=]+)", message)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown.group(1), _all_options(self), n=1)
+            if close:
+                message += f"; did you mean {close[0]}?"
         raise _UsageError(message, self.prog)
 
 
 _COMMANDS = ("info", "check")
+
+
+def _all_options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands (argparse reports an unknown
+    option of a subcommand from the top-level parser)."""
+    found: list[str] = []
+    for action in parser._actions:
+        found += [o for o in action.option_strings if o.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _all_options(sub)
+    return found
 
 
 def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:

@@ -110,3 +110,29 @@ def test_check_json_prints_one_object_on_bad_input_too() -> None:
         assert report["ok"] is False and report["error"]
         assert report["versions"]["python"] and report["timestamp"]
         assert result.stderr.startswith("accelbackends: error: ")
+
+
+QUICK = ("--nproc", "1", "--min-bytes", "1KiB", "--max-bytes", "1KiB", "--iters", "1")
+
+
+def test_check_lines_fit_the_terminal_width_and_are_whole_when_piped() -> None:
+    narrow = run_cli("check", *QUICK, env={"COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    piped = run_cli("check", *QUICK)
+    assert max(len(line) for line in piped.stdout.splitlines()) > 80
+    assert "\x1b[" not in piped.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a Linux pseudo-terminal")
+def test_passed_is_green_on_a_terminal_and_plain_with_no_color(tmp_path: Path) -> None:
+    coloured = _on_a_terminal(["check", *QUICK], {"TERM": "xterm"}, tmp_path)
+    assert "verdict: \x1b[32mPASSED\x1b[0m" in coloured
+    plain = _on_a_terminal(["check", *QUICK], {"TERM": "xterm", "NO_COLOR": "1"}, tmp_path)
+    assert "verdict: PASSED" in plain and "\x1b[" not in plain
+
+
+def test_an_unknown_option_suggests_the_closest_one() -> None:
+    result = run_cli("check", "--nprocs", "2")
+    assert result.returncode == 2
+    assert "did you mean --nproc?" in result.stderr
