@@ -194,14 +194,23 @@ def _info(args: argparse.Namespace, argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _json_failure(args: argparse.Namespace, exc: BaseException) -> None:
+def _json_failure(args: argparse.Namespace, exc: BaseException, message: str = "") -> None:
     """``check --json`` prints exactly one JSON object, also when it fails before any rank ran
     (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
     if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
         return
     from .check.report import failure_report, print_json
+    from .registry import default_registry
 
-    print_json(failure_report(clean(first_line(exc)), getattr(exc, "report_so_far", None)))
+    try:
+        rank = default_registry().cluster_environment().rank
+    except Exception:
+        rank = 0  # the launcher variables are the problem: every rank says so
+    if rank != 0:
+        return  # under a launcher rank 0 reports, as on success
+
+    error = message or clean(first_line(exc))
+    print_json(failure_report(error, getattr(exc, "report_so_far", None)))
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -278,10 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        _json_failure(args, exc, "interrupted (SIGINT)")
         print("accelbackends: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except _Terminated:
+    except _Terminated as exc:
+        _json_failure(args, exc, "terminated (SIGTERM)")
         print("accelbackends: terminated", file=sys.stderr)
         return EXIT_TERMINATED
     finally:

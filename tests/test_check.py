@@ -290,6 +290,39 @@ def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
     assert (report["launcher"], report["world_size"], report["ok"]) == ("torchrun", 2, True)
 
 
+@pytest.mark.slow
+def test_under_torchrun_a_dead_rank_still_gives_one_json_object_with_the_passed_checks(
+    fake_comm: Path,
+) -> None:
+    env = _child_env(ACCELBACKENDS_BACKEND="dies", PYTHONPATH=str(fake_comm))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "accelbackends",
+            "check",
+            "--json",
+            "--timeout",
+            "10",
+            *QUICK,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode != 0
+    report = _report(result)  # exactly one object, rank 0's, though rank 1 died
+    assert report["ok"] is False and report["error"]
+    assert report["launcher"] == "torchrun" and [r["rank"] for r in report["ranks"]] == [0, 1]
+
+
 def test_nproc_under_a_launcher_is_bad_input() -> None:
     env = {"RANK": "0", "WORLD_SIZE": "1"}
     result = run_cli("check", "--nproc", "2", *QUICK, env=env)
