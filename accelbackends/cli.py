@@ -18,12 +18,19 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
-from ._text import clean, colour, say, terminal_width
-from .errors import AccelBackendsError, ConfigError, first_line
+from .plugin.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    AccelBackendsError,
+    ConfigError,
+    first_line,
+)
+from .plugin.text import clean, colour, say, terminal_width
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 class _Terminated(BaseException):
@@ -221,7 +228,7 @@ def _wants_json(argv: list[str]) -> bool:
 def _show_warnings_as_one_line() -> None:
     """The package's warnings as ``accelbackends: warning: ...`` (yellow on a terminal) instead
     of Python's ``path:line: Category: message`` and a source line; others as Python shows them."""
-    from .errors import AccelBackendsWarning
+    from .plugin.errors import AccelBackendsWarning
 
     python_way = warnings.showwarning
 

@@ -13,10 +13,10 @@ import platform
 import sys
 from typing import Any
 
-from . import config
-from ._text import aligned, wrap
-from .accelerators._packages import installed
-from .errors import AccelBackendsError, first_line
+from .plugin import config
+from .plugin.errors import AccelBackendsError, first_line
+from .plugin.packages import installed
+from .plugin.text import aligned, wrap
 from .registry import Registry
 from .selection import select
 

@@ -30,7 +30,7 @@ def backend_library_version(backend: str) -> str | None:
         except Exception:
             return None
         return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    from ..accelerators._packages import installed
+    from ..plugin.packages import installed
 
     found = installed(*_BACKEND_DISTRIBUTIONS.get(backend, ()))
     return found.version if found else None

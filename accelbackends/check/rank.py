@@ -6,19 +6,20 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import first_line
+from ..plugin.errors import first_line
+from ..plugin.text import plural
+from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
 from .correctness import run_checks
 from .heartbeat import Heartbeat
 from .progress import Progress
 from .report import print_json, versions
-from .session import Session, control_group, max_over_ranks
+from .session import Session, control_group
 from .sweep import sweep
-from .text import plural
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..lifecycle import Context
+    from ..plugin.types import Context
     from .options import Options
 
 __all__ = ["run_rank"]

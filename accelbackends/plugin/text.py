@@ -1,5 +1,7 @@
-"""Small text helpers shared by ``info``, ``check`` and the plugins' reasons: printing that
-survives a closed pipe, aligned columns, wrapping to the terminal's width, and colour.
+"""Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
+
+Plugins use :func:`plural` in the reasons their probes give; the rest is how the commands print:
+printing that survives a closed pipe, aligned columns, wrapping to the terminal's width, colour.
 
 Wrapping and colour are for people at a terminal: piped output keeps every line whole and plain
 (a script or ``grep`` sees the full text), unless ``COLUMNS`` asks for a width. Colour follows
@@ -16,7 +18,17 @@ import textwrap
 from collections.abc import Sequence
 from typing import TextIO
 
-__all__ = ["aligned", "clean", "colour", "plural", "say", "terminal_width", "wrap"]
+__all__ = [
+    "aligned",
+    "clean",
+    "colour",
+    "colour_enabled",
+    "plural",
+    "rank_list",
+    "say",
+    "terminal_width",
+    "wrap",
+]
 
 #: Narrower than this, a wrapped column is moved under its row instead of squeezed.
 _MIN_COLUMN = 24
@@ -144,3 +156,8 @@ def aligned(rows: Sequence[Sequence[str]], indent: str = "", width: int | None =
                 break_on_hyphens=False,
             )
     return lines
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """``rank 1`` or ``ranks 0, 2``."""
+    return f"{plural(len(ranks), 'rank')} {', '.join(map(str, ranks))}"
