@@ -263,28 +263,22 @@ def test_text_report_shows_each_step_an_aligned_table_and_the_verdict() -> None:
 # -- under a launcher ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "accelbackends",
-            "check",
-            "--json",
-            *QUICK,
-        ],
+def _torchrun_check(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 2 -m accelbackends check ARGS``."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    return subprocess.run(
+        [*torchrun, "2", "-m", "accelbackends", "check", *args],
         capture_output=True,
         text=True,
-        env=_child_env(),
-        timeout=120,
+        env=env,
+        timeout=180,
         check=False,
     )
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
+    result = _torchrun_check("--json", *QUICK, env=_child_env())
     assert result.returncode == 0, result.stderr
     report = _report(result)  # one object: the other rank printed nothing
     assert (report["launcher"], report["world_size"], report["ok"]) == ("torchrun", 2, True)
@@ -295,28 +289,7 @@ def test_under_torchrun_a_dead_rank_still_gives_one_json_object_with_the_passed_
     fake_comm: Path,
 ) -> None:
     env = _child_env(ACCELBACKENDS_BACKEND="dies", PYTHONPATH=str(fake_comm))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "accelbackends",
-            "check",
-            "--json",
-            "--timeout",
-            "10",
-            *QUICK,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
+    result = _torchrun_check("--json", "--timeout", "10", *QUICK, env=env)
     assert result.returncode != 0
     report = _report(result)  # exactly one object, rank 0's, though rank 1 died
     assert report["ok"] is False and report["error"]
