@@ -120,10 +120,22 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         "cluster": cluster,
         "overrides": config.overrides(registry.env),
         "override_errors": override_errors,
-        "unknown_variables": config.unknown(registry.env),
+        "unknown_variables": _unknown_variables(registry),
         "versions": versions(),
         "platform": platform.platform(),
     }
+
+
+def _unknown_variables(registry: Registry) -> dict[str, str]:
+    """``ACCELBACKENDS_*`` variables nobody reads: neither the package nor a plugin that owns
+    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (``ACCELBACKENDS_SITEPOLICY_FILE``)."""
+    try:
+        owners = tuple(
+            f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in registry.plugins
+        )
+    except AccelBackendsError:
+        owners = ()
+    return {k: v for k, v in config.unknown(registry.env).items() if not k.startswith(owners)}
 
 
 def versions() -> dict[str, str | None]:

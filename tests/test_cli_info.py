@@ -308,3 +308,12 @@ def test_escape_codes_in_a_launcher_variable_are_shown_escaped(cli: Cli) -> None
     result = cli("info", env=env)
     assert "\x1b" not in result.stdout
     assert "\\x1b[31mred" in result.stdout
+
+
+def test_a_plugins_own_variables_are_not_called_unknown(
+    cli: Cli, plugin_dist: Callable[..., Path]
+) -> None:
+    site = plugin_dist("mysite", "# a plugin with no hooks of its own\n")
+    env = {"ACCELBACKENDS_MYSITE_FILE": "/etc/site.toml", "ACCELBACKENDS_TIMOUT": "5"}
+    report = json.loads(cli("info", "--json", env=env, pythonpath=site).stdout)
+    assert list(report["unknown_variables"]) == ["ACCELBACKENDS_TIMOUT"]

@@ -227,7 +227,7 @@ def unknown(env: Mapping[str, str]) -> dict[str, str]:
     notes: dict[str, str] = {}
     for name in sorted(env):
         if name.startswith(PREFIX) and name not in KNOWN_VARIABLES:
-            close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1)
+            close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.85)
             hint = f"; did you mean {close[0]}?" if close else ""
             notes[name] = f"not read by accelbackends itself{hint}"
     return notes
