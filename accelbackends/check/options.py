@@ -96,7 +96,8 @@ def _seconds(text: str) -> float:
         return config.parse_seconds(text, source="--timeout")
     except ConfigError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not valid; use a positive number of seconds such as 60"
+            f"{config.shown(text)} is not valid; use a positive number of seconds from "
+            f"{config.MIN_SECONDS:g} to {config.MAX_SECONDS:.0f} (30 days), such as 60"
         ) from None
 
 
