@@ -13,6 +13,7 @@ import platform
 import sys
 from typing import Any
 
+from . import affinity
 from .plugin import config
 from .plugin.errors import AccelBackendsError, first_line
 from .plugin.packages import installed
@@ -84,6 +85,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     selected: dict[str, Any] = dict.fromkeys(
         ("accelerator", "backend", "reason", "backend_reason", "error")
     )
+    selection = None
     if plugins_error is None:
         try:
             selection = select(registry=registry)
@@ -98,6 +100,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     else:
         selected["error"] = f"not selected: {plugins_error}"
     cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
+    found = None
     try:
         found = registry.cluster_environment() if plugins_error is None else None
     except AccelBackendsError as exc:
@@ -108,6 +111,14 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         else:
             cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
             cluster.update(sources=dict(found.sources), error=None)
+    cpu_affinity: dict[str, Any] = {"error": "not planned: no accelerator was selected"}
+    if selection is not None and found is not None:
+        try:
+            cpu_affinity = affinity.collect(registry, selection.status, found)
+        except AccelBackendsError as exc:
+            cpu_affinity = {"error": failed(exc)}
+    elif found is None:
+        cpu_affinity = {"error": "not planned: the cluster environment is not known"}
     override_errors = config.validate(registry.env)
     errors += [message for message in override_errors.values() if message not in errors]
     return {
@@ -118,6 +129,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         "accelerators": accelerators,
         "selected": selected,
         "cluster": cluster,
+        "cpu_affinity": cpu_affinity,
         "overrides": config.overrides(registry.env),
         "override_errors": override_errors,
         "unknown_variables": _unknown_variables(registry),
@@ -128,7 +140,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
 
 def _unknown_variables(registry: Registry) -> dict[str, str]:
     """``ACCELBACKENDS_*`` variables nobody reads: neither the package nor a plugin that owns
-    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (``ACCELBACKENDS_SITEPOLICY_FILE``)."""
+    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (a site-policy plugin's settings file, say)."""
     try:
         owners = tuple(
             f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in registry.plugins
@@ -199,6 +211,11 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         ]
         lines += aligned(rows, "  ", width)
     lines.append("")
+    if "mode" in report["cpu_affinity"]:
+        lines += [*affinity.render(report["cpu_affinity"]), ""]
+    else:
+        why = report["cpu_affinity"]["error"]
+        lines += [f"cpu affinity: {'error: ' if why in report['errors'] else ''}{why}", ""]
     plugins = report["plugins"]
     lines.append(
         "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from . import affinity
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
 from .plugin.errors import (
@@ -92,6 +93,7 @@ def init(
     seed: int | None = None,
     seed_per_rank: bool = False,
     threads: int | None = None,
+    cpu_affinity: str | bool | None = None,
     cluster: ClusterInfo | None = None,
     registry: Registry | None = None,
 ) -> Context:
@@ -108,6 +110,9 @@ def init(
     :param seed_per_rank: Add the rank to ``seed``, so each rank draws different numbers.
     :param threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
         ``OMP_NUM_THREADS`` is set).
+    :param cpu_affinity: Pin this rank to CPUs near its device: ``"numa"``, ``"exclusive"``,
+        ``"auto"``/True, or ``"off"``/False (overrides ``ACCELBACKENDS_CPU_AFFINITY``; default
+        off). See the CPU affinity page of the docs.
     :param cluster: Use this cluster description instead of recognising the launcher.
     :param registry: Use this registry instead of the process's default.
 
@@ -131,6 +136,7 @@ def init(
         _check_int("threads", threads, 1)
     if cluster is not None and not isinstance(cluster, ClusterInfo):
         raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
+    pin_mode = affinity.resolve_mode(cpu_affinity, env)
 
     if _state is not None:
         return _same_context(
@@ -141,6 +147,7 @@ def init(
             rendezvous_timeout=None if rendezvous_timeout is None else join_s,
             seed=seed,
             threads=threads,
+            cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
 
     cluster = cluster or registry.cluster_environment()
@@ -155,18 +162,20 @@ def init(
         )
     server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
     selection = select(accelerator, backend, registry=registry)
-    return _initialise(
-        registry,
-        selection,
-        cluster,
-        timeout_s,
-        join_s,
-        seed,
-        seed_per_rank,
-        threads,
-        started,
-        server,
-    )
+    with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
+        return _initialise(
+            registry,
+            selection,
+            cluster,
+            timeout_s,
+            join_s,
+            seed,
+            seed_per_rank,
+            threads,
+            started,
+            server,
+            (pin_mode, cpus),
+        )
 
 
 def _same_context(context: Context, **requested: Any) -> Context:
@@ -207,10 +216,12 @@ def _initialise(
     threads: int | None,
     started: float,
     server: Any | None,
+    pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
     global _state, _generation
     import torch.distributed as dist
 
+    cpu_affinity, cpus = pinned
     status, spec = selection.status, selection.spec
     if spec.confirm is not None:
         disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
@@ -220,7 +231,7 @@ def _initialise(
                 f"but torch disagrees: {disagreement}"
             )
     request = BindRequest(
-        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads
+        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads, cpus
     )
     device = _plugin_call(
         f"binding local rank {cluster.local_rank} to a {spec.name} device",
@@ -298,6 +309,8 @@ def _initialise(
             selection=selection,
             cluster=cluster,
             init_seconds=time.perf_counter() - started,
+            cpu_affinity=cpu_affinity,
+            cpus=cpus,
         )
         _state = _State(context, rendezvous)
         registry.post_init(context)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from .affinity import resolve_mode
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
 from .plugin.errors import ConfigError, SpawnError, describe
@@ -322,13 +323,16 @@ def spawn(
             f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
             "a registry holds loaded plugin modules and cannot be pickled"
         )
-    # Select here, once: a bad accelerator or backend fails now, in this process, instead of in
-    # every rank; and forked ranks inherit the loaded plugins and the detection results.
+    # Select here, once: a bad accelerator, backend or CPU affinity fails now, in this process,
+    # instead of in every rank; and forked ranks inherit the loaded plugins and the detection
+    # results.
     select(
         init_options.get("accelerator"),
         init_options.get("backend"),
         registry=init_options.get("registry"),
     )
+    registry = init_options.get("registry")
+    resolve_mode(init_options.get("cpu_affinity"), registry.env if registry else os.environ)
     context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on

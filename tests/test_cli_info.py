@@ -25,6 +25,7 @@ def test_info_json_has_the_documented_keys(cli: Cli) -> None:
         "accelerators",
         "selected",
         "cluster",
+        "cpu_affinity",
         "overrides",
         "versions",
     }
@@ -317,3 +318,10 @@ def test_a_plugins_own_variables_are_not_called_unknown(
     env = {"ACCELBACKENDS_MYSITE_FILE": "/etc/site.toml", "ACCELBACKENDS_TIMOUT": "5"}
     report = json.loads(cli("info", "--json", env=env, pythonpath=site).stdout)
     assert list(report["unknown_variables"]) == ["ACCELBACKENDS_TIMOUT"]
+
+
+def test_a_bad_cpu_affinity_mode_is_shown_on_its_section_and_exits_2(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_CPU_AFFINITY": "bogus", "COLUMNS": "300"})
+    assert result.returncode == 2
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("cpu affinity:"))
+    assert line.startswith("cpu affinity: error: ACCELBACKENDS_CPU_AFFINITY='bogus'")

@@ -25,6 +25,7 @@ from ..plugin import (
     ConfigError,
     Detection,
     InitError,
+    Locality,
     OptionsRequest,
     Probe,
     gloo_or,
@@ -32,6 +33,7 @@ from ..plugin import (
     sysfs,
 )
 from ..plugin.devices import Visible, device_index, habana_visible
+from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import Installed, installed
 from ..plugin.torchcompat import backend_plugins
 
@@ -135,6 +137,22 @@ def _detect(probe: Probe) -> Detection:
         installed(_ASCEND, paths=probe.packages),
         probe.env,
     )
+
+
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each module's PCI function, indexed by module ID (local rank *i* takes module *i*, or
+    entry *i* of ``HABANA_VISIBLE_MODULES``)."""
+    by_module: dict[int, Locality | None] = {}
+    for entry in sysfs.listing(probe.path("/sys/class/accel"), r"accel\d+"):
+        device = entry / "device"
+        module = sysfs.read(device / "module_id") or ""
+        if (sysfs.read(device / "vendor") or "").lower() == HABANA_VENDOR and module.isdigit():
+            by_module[int(module)] = pci_locality(device, entry.name)
+    physical = [by_module.get(index) for index in range(max(by_module, default=-1) + 1)]
+    try:
+        return visible_localities(physical, habana_visible(probe.env))
+    except ConfigError:
+        return []
 
 
 def _confirm() -> str | None:
@@ -244,6 +262,7 @@ SPEC = AcceleratorSpec(
     backend_options=_backend_options,
     confirm=_confirm,
     description="Intel Gaudi (Habana) accelerators with HCCL",
+    locality=_locality,
 )
 
 

@@ -115,6 +115,7 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
         "backend": ctx.backend,
         "reason": ctx.reason,
         "launcher": ctx.launcher,
+        "cpu_affinity": ctx.cpu_affinity,
         "init_seconds": None,
         "timeout": options.timeout,
         "versions": versions() | {ctx.backend: backend_library_version(ctx.backend)},

@@ -12,18 +12,18 @@ imports torch at import time.
 :mod:`~accelbackends.plugin.types`, :mod:`~accelbackends.plugin.errors`,
 :mod:`~accelbackends.plugin.hookspecs`, :mod:`~accelbackends.plugin.sysfs`,
 :mod:`~accelbackends.plugin.devices`, :mod:`~accelbackends.plugin.packages`,
-:mod:`~accelbackends.plugin.options`, :mod:`~accelbackends.plugin.config` (the
-``ACCELBACKENDS_*`` variables and their strict parsing) and :mod:`~accelbackends.plugin.text`
-are public: within a major version they are neither removed nor changed incompatibly (new
-optional fields and parameters may appear, with defaults). A removal is announced one minor
-release ahead with a ``DeprecationWarning``. Names starting with ``_`` are private.
-:mod:`~accelbackends.plugin.torchcompat` follows torch: its functions stay, but what they
+:mod:`~accelbackends.plugin.locality`, :mod:`~accelbackends.plugin.options`,
+:mod:`~accelbackends.plugin.config` (the ``ACCELBACKENDS_*`` variables and their strict parsing) and
+:mod:`~accelbackends.plugin.text` are public: within a major version they are neither removed nor
+changed incompatibly (new optional fields and parameters may appear, with defaults). A removal is
+announced one minor release ahead with a ``DeprecationWarning``. Names starting with ``_`` are
+private. :mod:`~accelbackends.plugin.torchcompat` follows torch: its functions stay, but what they
 return is whatever the installed torch keeps there.
 """
 
 from __future__ import annotations
 
-from . import config, devices, options, packages, sysfs, text, torchcompat
+from . import config, devices, locality, options, packages, sysfs, text, torchcompat
 from .errors import (
     AccelBackendsError,
     AccelBackendsWarning,
@@ -47,6 +47,7 @@ from .types import (
     ClusterInfo,
     Context,
     Detection,
+    Locality,
     OptionsRequest,
     Probe,
     Selection,
@@ -65,6 +66,7 @@ __all__ = [
     "Context",
     "Detection",
     "InitError",
+    "Locality",
     "OptionsRequest",
     "PluginError",
     "PluginWarning",
@@ -79,6 +81,7 @@ __all__ = [
     "gloo_or",
     "hookimpl",
     "hookspec",
+    "locality",
     "options",
     "packages",
     "plain_options",

@@ -8,7 +8,7 @@ imports torch: detection must stay cheap and side-effect free.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ __all__ = [
     "ClusterInfo",
     "Context",
     "Detection",
+    "Locality",
     "OptionsRequest",
     "Probe",
     "Selection",
@@ -72,6 +73,19 @@ class Detection:
             )
         if not isinstance(self.reason, str):
             raise TypeError(f"Detection.reason must be a str, not {self.reason!r}")
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Where a device sits: its NUMA node and the CPUs local to it, as the OS reports them.
+
+    Either may be None where the OS does not say (``numa_node`` reads -1 on a single-node
+    machine). ``source`` names what was read, for ``info`` (``/sys/bus/pci/devices/0000:17:00.0``).
+    """
+
+    numa_node: int | None = None
+    cpus: frozenset[int] | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,8 @@ class BindRequest:
     env: Mapping[str, str]
     #: Intra-op threads the user asked for (``init(threads=...)``), or None for the default.
     threads: int | None = None
+    #: The CPUs this process was pinned to by ``ACCELBACKENDS_CPU_AFFINITY``, or None.
+    cpus: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,10 @@ class AcceleratorSpec:
     - ``bind(request) -> torch.device``: make this process use its device; returns the device.
     - ``backend_options(request) -> BackendOptions``: what to pass to ``init_process_group``;
       when None, the plain backend name and the timeout are used.
+    - ``locality(probe) -> Sequence[Locality | None]``: optional, cheap like ``detect``: one
+      entry per device the runtime will show, in its order (after the visible-devices
+      variable), None for a device whose locality is unknown. CPU affinity
+      (``ACCELBACKENDS_CPU_AFFINITY``) pins each local rank near its device from it.
     """
 
     name: str
@@ -208,6 +228,7 @@ class AcceleratorSpec:
     backend_options: Callable[[OptionsRequest], BackendOptions] | None = None
     confirm: Callable[[], str | None] | None = None
     description: str = ""
+    locality: Callable[[Probe], Sequence[Locality | None]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _ACCELERATOR_NAME.match(self.name):
@@ -233,7 +254,7 @@ class AcceleratorSpec:
         for attribute in ("detect", "bind"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable")
-        for attribute in ("backend_options", "confirm"):
+        for attribute in ("backend_options", "confirm", "locality"):
             value = getattr(self, attribute)
             if value is not None and not callable(value):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable or None")
@@ -311,6 +332,9 @@ class Context:
     cluster: ClusterInfo = field(repr=False, compare=False)
     #: Wall time of the :func:`init` call that made this context: detection to process group.
     init_seconds: float = 0.0
+    #: The CPU affinity mode (``off``, ``numa``, ``exclusive``, ``auto``) and the CPUs pinned.
+    cpu_affinity: str = "off"
+    cpus: frozenset[int] | None = None
 
     @property
     def is_main(self) -> bool:
