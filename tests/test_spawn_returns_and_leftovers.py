@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -154,7 +155,13 @@ def test_start_method_spawn_still_refuses_in_this_process_for_a_main_function() 
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, Linux only")
-def test_a_killed_parents_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
+def test_a_killed_parents_temp_folder_is_removed_by_the_next_run() -> None:
+    # A short temp folder of its own: the store's socket path must fit AF_UNIX's 108 bytes.
+    with tempfile.TemporaryDirectory(prefix="ab-", dir="/tmp") as folder:
+        _killed_parent_then_next_run(Path(folder))
+
+
+def _killed_parent_then_next_run(tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     script = textwrap.dedent("""
         import sys, time, accelbackends

@@ -87,7 +87,8 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         so_far = read_progress(progress)
         # Rank 0 names a rank that stopped answering; otherwise spawn() names the rank that
         # failed first (rank 0's own error would blame the survivor).
-        error = so_far.get("stalled") or first_line(exc)
+        stalled = so_far.get("stalled") if exc.rank == 0 else None  # a rank failing first wins
+        error = stalled or first_line(exc)
         if options.json:
             base = {
                 "world_size": nproc,

@@ -70,8 +70,8 @@ class Heartbeat:
         )
         which = "rank" if len(silent) == 1 else "ranks"
         return (
-            f"{which} {names} stopped answering: stopped by a signal (SIGSTOP, Ctrl-Z), frozen "
-            "or swapped out; the other ranks were waiting for it"
+            f"{which} {names} stopped answering: stopped by a signal (SIGSTOP, Ctrl-Z), "
+            "frozen, swapped out or gone; the other ranks were waiting for it"
         )
 
     def stop(self) -> None:
