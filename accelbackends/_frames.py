@@ -36,7 +36,7 @@ def without_pluggy_frames(exc: _E) -> _E:
 
 
 def caller_stacklevel() -> int:
-    """The ``stacklevel`` for :func:`warnings.warn` that names the first frame outside
+    """The ``stacklevel`` for `warnings.warn` that names the first frame outside
     accelbackends (and pluggy): the user's line that led to the warning."""
     level = 1
     frame: FrameType | None = sys._getframe(1)

@@ -16,7 +16,7 @@ two local ranks share a CPU; ``auto`` (``1``/``true``/``on``) is ``exclusive`` w
 can have a CPU of its own, else ``numa``. CPU ranks have no device: they are spread over the NUMA
 nodes in blocks and split each node's cores.
 
-Everything up to :func:`pinned` is pure and imports no torch; ``info`` shows the plan.
+Everything up to `pinned` is pure and imports no torch; ``info`` shows the plan.
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ _ACCEPTED = (
     "cores, else numa)"
 )
 
-#: What :func:`allowed_cpus` found before :func:`pinned` narrowed this process, and what it set:
+#: What `allowed_cpus` found before `pinned` narrowed this process, and what it set:
 #: a second init() in the same process plans from the CPUs the first one started with.
 _pinned_from: tuple[frozenset[int], frozenset[int]] | None = None
 
 
 def parse_mode(value: object, *, source: str) -> str:
-    """One of :data:`MODES` from a setting (a string, or a bool for the argument)."""
+    """One of `MODES` from a setting (a string, or a bool for the argument)."""
     if isinstance(value, bool):
         return AUTO if value else OFF
     word = value.strip().lower() if isinstance(value, str) else None
@@ -172,7 +172,7 @@ def allowed_cpus(probe: Probe, online: frozenset[int] | None = None) -> tuple[fr
 
 def read_topology(probe: Probe, allowed: frozenset[int] | None = None) -> Topology:
     """CPUs, SMT siblings and NUMA nodes under the probe's root; ``allowed`` injects the
-    process's allowed CPUs (otherwise :func:`allowed_cpus`)."""
+    process's allowed CPUs (otherwise `allowed_cpus`)."""
     cpu_dir = probe.path("/sys/devices/system/cpu")
     online = parse_cpulist(sysfs.read(cpu_dir / "online")) or frozenset(
         int(entry.name[3:]) for entry in sysfs.listing(cpu_dir, r"cpu\d+")
@@ -259,7 +259,7 @@ def plan(
     ``auto``, for ``info``'s preview).
 
     ``localities`` are the devices' as the accelerator declared them (None: it declares none;
-    a CPU accelerator has no device). Raises :class:`ConfigError` when ``exclusive`` cannot
+    a CPU accelerator has no device). Raises `ConfigError` when ``exclusive`` cannot
     give every rank a CPU of its own.
     """
     notes: list[str] = []

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from .console import keep_plugin_output_off_stdout
 from .plugin.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -30,7 +31,7 @@ from .plugin.errors import (
 )
 from .plugin.text import clean, colour, say, terminal_width
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 class _Terminated(BaseException):
@@ -275,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "info":
@@ -304,3 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous)
+        restore_stdout()
+
+
+def run() -> None:
+    """The console script: ``main``, then exit without waiting for plugins' threads."""
+    from .console import exit
+
+    exit(main())

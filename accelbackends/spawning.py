@@ -2,24 +2,24 @@
 and tests.
 
 The parent serves the rendezvous store over a Unix socket in a private directory
-(:mod:`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
+(`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
 none of the DNS look-ups that make torch's TCP store stall now and then), and Gloo is kept on the
 loopback interface. Ranks are forked where that
 is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
 others are stopped at once and the parent raises
-:class:`~accelbackends.plugin.errors.SpawnError` naming the rank; no child outlives the call.
+[`SpawnError`][accelbackends.SpawnError] naming the rank; no child outlives the call.
 
 What a rank returns arrives whole and owned by the parent: each rank pickles its result itself
 (with the standard pickler, so a tensor travels as its bytes instead of as a file descriptor to
 shared memory that dies with the rank), and tensors on a device are copied to the CPU first. A
-rank's exception stays catchable by its type: the :class:`SpawnError` raised is also an instance
-of the rank's exception class where that class can be combined with it (``except ValueError``
-catches a rank's ``ValueError``), with the rank and its traceback in the message.
+rank's exception stays catchable by its type: the `SpawnError` raised is also an instance of the
+rank's exception class where that class can be combined with it (`except ValueError` catches a
+rank's `ValueError`), with the rank and its traceback in the message.
 
 Once a rank's function has returned, the parent waits for that rank to exit at most
-:data:`EXIT_GRACE` seconds (a non-daemon thread left running would keep it forever), then ends
-it, and ends whatever it left behind: every rank leads its own process group, and on Linux the
+`EXIT_GRACE` seconds (a non-daemon thread left running would keep it forever), then ends it,
+and ends whatever it left behind: every rank leads its own process group, and on Linux the
 parent adopts the processes a rank detached (a child subreaper), so helpers that outlive their
 rank are stopped too.
 """
@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .affinity import resolve_mode
+from .isolation import stuck
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
 from .plugin.errors import ConfigError, SpawnError, describe
@@ -94,7 +95,8 @@ def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
             )
         method = requested
     else:
-        method = "fork" if "fork" in methods and not _device_runtime_initialised() else "spawn"
+        unsafe = _device_runtime_initialised() or stuck()
+        method = "fork" if "fork" in methods and not unsafe else "spawn"
     if method != "fork":
         problem = _unimportable(fn)
         if problem is None:
@@ -107,7 +109,8 @@ def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
                 f"fn={getattr(fn, '__qualname__', fn)!r} cannot be pickled for "
                 f"start_method={method!r} ({problem}); functions defined in a notebook or in a "
                 "script read from stdin need start_method='fork', which is only safe before "
-                "a device runtime (CUDA, XPU) was initialised in this process"
+                "a device runtime (CUDA, XPU) was initialised in this process and while no "
+                f"plugin call is stuck in it{_stuck_note()}"
             ) from None
     return method
 
@@ -121,6 +124,11 @@ def _unimportable(fn: Callable[..., Any]) -> str | None:
     if path and os.path.isfile(path):
         return None
     return "it is defined in __main__, which a new interpreter cannot import"
+
+
+def _stuck_note() -> str:
+    calls = stuck()
+    return f" (stuck now: {'; '.join(calls)})" if calls else ""
 
 
 def _watch_parent(parent: int) -> None:
@@ -249,7 +257,7 @@ def _class_reference(kind: type) -> bytes | None:
 
 
 def _rank_error(message: str, rank: int, trace: str, reference: bytes | None) -> SpawnError:
-    """A :class:`SpawnError` that is also an instance of the rank's exception class, where the
+    """A `SpawnError` that is also an instance of the rank's exception class, where the
     two combine (``except ValueError`` then catches a rank's ``ValueError``)."""
     original: Any = None
     if reference is not None:
@@ -292,22 +300,27 @@ def spawn(
     start_method: str | None = None,
     **init_options: Any,
 ) -> list[Any]:
-    """Run ``fn(ctx, *args)`` in ``nprocs`` local ranks, each after :func:`accelbackends.init`.
+    """Run `fn(ctx, *args)` in `nprocs` local ranks, each after [`init`][accelbackends.init].
 
-    :param fn: Called on every rank with the :class:`~accelbackends.Context` and ``args``.
-    :param nprocs: How many ranks to start (>= 1).
-    :param args: Extra positional arguments for ``fn``.
-    :param start_method: ``fork`` (default where available and no device runtime was
-        initialised in this process), ``spawn`` or ``forkserver``.
-    :param init_options: Keyword arguments for :func:`accelbackends.init` (``accelerator=``,
-        ``backend=``, ``timeout=``, ``seed=``, and ``registry=`` with the fork start method).
-    :return: The return values of ``fn``, indexed by rank, owned by this process: tensors
-        arrive whole (a tensor on a device is copied to the CPU by its rank), as do numpy
-        arrays and containers of them.
-    :raises SpawnError: A rank raised or died; names the rank and carries its message and
-        traceback. Where a rank raised, the error is also an instance of that exception's
-        class (``except ValueError`` catches a rank's ``ValueError``), unless the class cannot
-        be found in this process or combined with :class:`SpawnError`.
+    Args:
+        fn: Called on every rank with the [`Context`][accelbackends.Context] and ``args``.
+        nprocs: How many ranks to start (>= 1).
+        args: Extra positional arguments for ``fn``.
+        start_method: ``fork`` (default where available and no device runtime was
+            initialised in this process), ``spawn`` or ``forkserver``.
+        init_options: Keyword arguments for [`init`][accelbackends.init] (`accelerator=`,
+            `backend=`, `timeout=`, `seed=`, and `registry=` with the fork start method).
+
+    Returns:
+        The return values of ``fn``, indexed by rank, owned by this process: tensors arrive
+        whole (a tensor on a device is copied to the CPU by its rank), as do numpy arrays and
+        containers of them.
+
+    Raises:
+        SpawnError: A rank raised or died; names the rank and carries its message and
+            traceback. Where a rank raised, the error is also an instance of that exception's
+            class (`except ValueError` catches a rank's `ValueError`), unless the class cannot
+            be found in this process or combined with `SpawnError`.
     """
     if not callable(fn):
         raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")
@@ -317,15 +330,9 @@ def spawn(
         raise ConfigError(f"args={args!r} is not valid; pass a tuple of arguments for fn")
     if "cluster" in init_options:
         raise ConfigError("spawn() describes the cluster itself; do not pass cluster=")
-    method = _start_method(start_method, fn)
-    if "registry" in init_options and method != "fork":
-        raise ConfigError(
-            f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
-            "a registry holds loaded plugin modules and cannot be pickled"
-        )
     # Select here, once: a bad accelerator, backend or CPU affinity fails now, in this process,
     # instead of in every rank; and forked ranks inherit the loaded plugins and the detection
-    # results.
+    # results. Before choosing how to start the ranks: a probe that hangs here rules out forking.
     select(
         init_options.get("accelerator"),
         init_options.get("backend"),
@@ -333,6 +340,12 @@ def spawn(
     )
     registry = init_options.get("registry")
     resolve_mode(init_options.get("cpu_affinity"), registry.env if registry else os.environ)
+    method = _start_method(start_method, fn)
+    if "registry" in init_options and method != "fork":
+        raise ConfigError(
+            f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
+            f"a registry holds loaded plugin modules and cannot be pickled{_stuck_note()}"
+        )
     context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on
@@ -392,7 +405,7 @@ def spawn(
 
 
 def private_temp_file(kind: str, suffix: str) -> str:
-    """A new file only this user can read, named so that :func:`remove_stale_temp` removes it
+    """A new file only this user can read, named so that `remove_stale_temp` removes it
     once this process is gone."""
     remove_stale_temp()
     handle, path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{kind}-{os.getpid()}-", suffix=suffix)

@@ -304,8 +304,8 @@ def _bind(request: BindRequest) -> Any:
 
 
 def eager_init(env: Mapping[str, str], torch_version: str) -> bool:
-    """Whether to pass ``device_id=`` (eager NCCL init): :data:`EAGER_INIT` if set, else on
-    from :data:`EAGER_INIT_SAFE_FROM`."""
+    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else on
+    from `EAGER_INIT_SAFE_FROM`."""
     release = TorchBuild(torch_version).release
     value = config.read_name(env, EAGER_INIT)
     if value is not None:

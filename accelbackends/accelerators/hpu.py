@@ -213,8 +213,9 @@ def _bind(request: BindRequest) -> Any:
 def hccl_owner(plugins: Mapping[str, Any], capability: Mapping[str, Sequence[str]]) -> str | None:
     """Why the registered ``hccl`` backend is not Habana's, or None when it is.
 
-    :param plugins: ``torch.distributed.Backend._plugins`` (creator functions by upper-case name).
-    :param capability: ``torch.distributed.Backend.backend_capability`` (devices by name).
+    Args:
+        plugins: ``torch.distributed.Backend._plugins`` (creator functions by upper-case name).
+        capability: ``torch.distributed.Backend.backend_capability`` (devices by name).
     """
     plugin = plugins.get("HCCL")
     if plugin is None:

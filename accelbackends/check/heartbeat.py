@@ -50,7 +50,7 @@ class Heartbeat:
                     self._seen[rank] = (count, now)
 
     def silent(self) -> dict[int, float]:
-        """On rank 0: the ranks whose counter has not moved for :data:`SILENT_AFTER` seconds,
+        """On rank 0: the ranks whose counter has not moved for `SILENT_AFTER` seconds,
         with how long (empty elsewhere, or before the first look)."""
         now = time.monotonic()
         with self._lock:

@@ -33,7 +33,7 @@ class Watchdog:
         on_expire: Callable[[str], None] | None = None,
         announce: bool = True,
     ) -> None:
-        """``explain`` may name the rank to blame (see :mod:`.heartbeat`); ``on_expire`` gets
+        """``explain`` may name the rank to blame (see `.heartbeat`); ``on_expire`` gets
         the message before this rank exits (rank 0 keeps the report so far); ``announce``
         False leaves printing it to the process that reports (spawn()'s parent)."""
         low, high = GRACE

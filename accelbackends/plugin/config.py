@@ -21,6 +21,7 @@ __all__ = [
     "EAGER_INIT",
     "KNOWN_VARIABLES",
     "NVML",
+    "PLUGIN_TIMEOUT",
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
@@ -52,6 +53,7 @@ RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
 SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
+PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
@@ -67,6 +69,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
+    PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }
 
@@ -85,7 +88,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 def shown(value: object) -> str:
     """``value`` as an error message quotes it: ``repr`` (so escape codes and other
-    non-printables arrive escaped, not raw on the terminal), cut to :data:`SHOWN_CHARACTERS`."""
+    non-printables arrive escaped, not raw on the terminal), cut to `SHOWN_CHARACTERS`."""
     text = repr(value)
     if len(text) <= SHOWN_CHARACTERS:
         return text
@@ -107,7 +110,7 @@ def parse_bool(value: str, *, source: str) -> bool:
 
 def parse_seconds(value: object, *, source: str) -> float:
     """A positive, finite number of seconds (``"90"``, ``"1.5"`` or a number) from
-    :data:`MIN_SECONDS` to :data:`MAX_SECONDS`."""
+    `MIN_SECONDS` to `MAX_SECONDS`."""
     if isinstance(value, bool):
         raise ConfigError(
             f"{source}={shown(value)} is not a number of seconds; use a positive number"

@@ -1,6 +1,6 @@
 """Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
 
-Plugins use :func:`plural` in the reasons their probes give; the rest is how the commands print:
+Plugins use `plural` in the reasons their probes give; the rest is how the commands print:
 printing that survives a closed pipe, aligned columns, wrapping to the terminal's width, colour.
 
 Wrapping and colour are for people at a terminal: piped output keeps every line whole and plain
@@ -25,6 +25,7 @@ __all__ = [
     "colour_enabled",
     "plural",
     "rank_list",
+    "report_to",
     "say",
     "terminal_width",
     "wrap",
@@ -64,7 +65,7 @@ def colour_enabled(stream: TextIO | None = None) -> bool:
 
 
 def colour(text: str, name: str, stream: TextIO | None = None) -> str:
-    """``text`` in colour ``name`` where :func:`colour_enabled`, else unchanged."""
+    """``text`` in colour ``name`` where `colour_enabled`, else unchanged."""
     if not colour_enabled(stream):
         return text
     return f"\x1b[{_CODES[name]}m{text}\x1b[0m"
@@ -100,23 +101,40 @@ def wrap(text: str, width: int | None) -> str:
     return "\n".join(lines)
 
 
+_report: TextIO | None = None
+
+
+def report_to(stream: TextIO | None) -> None:
+    """Make ``say`` print to ``stream`` (None: ``sys.stdout``). The command line's own
+    stdout while plugins' output is sent to stderr (``accelbackends.console``)."""
+    global _report
+    _report = stream
+
+
 def say(line: str, *, plain: bool = False) -> None:
     """Print ``line`` (one or more lines) to stdout and flush; control characters escaped,
     wrapped to the terminal and with PASSED/FAILED in colour, unless ``plain`` (JSON, which
     escapes them itself) or piped."""
+    global _report
+    stream = _report or sys.stdout
     if not plain:
         # Values from the environment and from plugins may hold escape codes: show, never obey.
-        line = wrap(clean(line, limit=sys.maxsize), terminal_width())
-        if colour_enabled():
+        line = wrap(clean(line, limit=sys.maxsize), terminal_width(stream))
+        if colour_enabled(stream):
             line = _VERDICTS.sub(
-                lambda m: colour(m.group(), "green" if m.group() == "PASSED" else "red"), line
+                lambda m: colour(m.group(), "green" if m.group() == "PASSED" else "red", stream),
+                line,
             )
     try:
-        print(line, flush=True)
+        print(line, file=stream, flush=True)
     except BrokenPipeError:
         # The reader went away (``accelbackends info | head``): finish quietly; the exit
         # status still tells.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+        devnull = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+        if _report is not None:
+            _report = devnull
+        else:
+            sys.stdout = devnull
 
 
 def plural(count: int, word: str) -> str:

@@ -1,10 +1,12 @@
 """A fake machine: the sysfs, procfs and ``/dev`` entries that accelerator probes read.
 
 Build one in a temporary directory and hand its root to a probe (``FakeTree.probe()``) or to a
-registry (``accelbackends.Registry(root=tree.root)``)::
+registry (``accelbackends.Registry(root=tree.root)``):
 
-    tree = FakeTree(tmp_path).nvidia(2).intel_gpu(integrated=True)
-    status = accelbackends.detect(registry=accelbackends.Registry(root=tree.root))
+```python
+tree = FakeTree(tmp_path).nvidia(2).intel_gpu(integrated=True)
+status = accelbackends.detect(registry=accelbackends.Registry(root=tree.root))
+```
 
 CPU topology for CPU affinity: ``cpus()`` (sockets, cores, SMT, NUMA nodes), ``affinity()`` (the
 process's allowed CPUs, as a scheduler narrowed them) and ``cpuset()`` (a cgroup's limit); a
