@@ -198,7 +198,7 @@ def _info(args: argparse.Namespace, argv: list[str]) -> int:
     if report["error"]:
         if not args.json:
             print(f"accelbackends: error: {clean(report['error'])}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if report["error_kind"] == "bad input" else EXIT_FAILED
     return EXIT_OK
 
 

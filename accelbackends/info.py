@@ -15,7 +15,7 @@ from typing import Any
 
 from . import affinity
 from .plugin import config
-from .plugin.errors import AccelBackendsError, first_line
+from .plugin.errors import AccelBackendsError, ConfigError, first_line
 from .plugin.packages import installed
 from .plugin.text import aligned, wrap
 from .registry import Registry
@@ -46,9 +46,11 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     has the report (the first one; ``errors`` lists them all).
     """
     errors: list[str] = []
+    bad_input: list[bool] = []
 
     def failed(exc: AccelBackendsError) -> str:
         errors.append(first_line(exc))
+        bad_input.append(isinstance(exc, ConfigError))
         return errors[-1]
 
     plugins: list[dict[str, Any]] = []
@@ -120,10 +122,14 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     elif found is None:
         cpu_affinity = {"error": "not planned: the cluster environment is not known"}
     override_errors = config.validate(registry.env)
-    errors += [message for message in override_errors.values() if message not in errors]
+    new = [message for message in override_errors.values() if message not in errors]
+    errors += new
+    bad_input += [True] * len(new)
     return {
         "error": errors[0] if errors else None,
         "errors": errors,
+        # Bad input (a variable, an override: exit 2) or a plugin that failed (exit 1).
+        "error_kind": None if not errors else "bad input" if any(bad_input) else "failure",
         "plugins": plugins,
         "plugins_error": plugins_error,
         "accelerators": accelerators,
