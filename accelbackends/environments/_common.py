@@ -25,16 +25,22 @@ from ..spec import ClusterInfo
 __all__ = [
     "DEFAULT_PORT",
     "LOOPBACK",
+    "MAX_COUNT",
     "Reader",
     "port_from_id",
     "read_int",
     "read_mpi_style",
+    "parse_int",
     "read_port",
     "require",
+    "shown",
 ]
 
 # ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
-_INT = re.compile(r"^\s*\+?[0-9]+\s*$", re.ASCII)
+_INT = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
+#: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
+MAX_COUNT = 2**31 - 1
+_SHOWN = 40  # characters of a bad value echoed in an error
 DEFAULT_PORT = 29500
 LOOPBACK = "127.0.0.1"
 # Derived ports stay below Linux's ephemeral range (32768-60999 by default), so a port the kernel
@@ -42,21 +48,41 @@ LOOPBACK = "127.0.0.1"
 _PORT_BASE, _PORT_SPAN = 20000, 10000
 
 
-def read_int(env: Mapping[str, str], var: str) -> int:
-    """``env[var]`` as an integer >= 0, or a ConfigError naming the variable and its value."""
+def shown(value: str) -> str:
+    """``repr(value)``, shortened: an error must not echo a 128 KiB variable."""
+    if len(value) <= _SHOWN:
+        return repr(value)
+    return f"{value[:_SHOWN]!r}… ({len(value)} characters)"
+
+
+def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
+    """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
+    match = _INT.match(value)
+    if not match:
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0")
+    # Compared as text first: int() of thousands of digits hits Python's conversion limit.
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > len(str(high)) or int(digits) > high:
+        raise ConfigError(f"{var}={shown(value)} is out of range; use an integer from 0 to {high}")
+    return int(digits)
+
+
+def read_int(env: Mapping[str, str], var: str, *, high: int = MAX_COUNT) -> int:
+    """``env[var]`` as an integer from 0 to ``high``, or a ConfigError naming the variable and
+    its value."""
     value = env.get(var)
     if value is None:
         raise ConfigError(f"{var} is not set; use an integer >= 0")
-    if not _INT.match(value):
-        raise ConfigError(f"{var}={value!r} is not valid; use an integer >= 0")
-    return int(value)
+    return parse_int(value, var, high=high)
 
 
 def read_port(env: Mapping[str, str], var: str) -> int:
-    port = read_int(env, var)
-    if not 0 < port < 65536:
-        raise ConfigError(f"{var}={env[var]!r} is not a TCP port; use 1 to 65535")
-    return port
+    value = env.get(var, "")
+    match = _INT.match(value)
+    digits = match.group(1).lstrip("0") if match else ""
+    if len(digits) <= 5 and digits and int(digits) < 65536:
+        return int(digits)
+    raise ConfigError(f"{var}={shown(value)} is not a TCP port; use 1 to 65535")
 
 
 def require(env: Mapping[str, str], launcher: str, *names: str) -> None:

@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..hookspecs import hookimpl
 from ..spec import ClusterInfo
 from . import _hostlist
-from ._common import Reader, read_int
+from ._common import Reader, parse_int, read_int, shown
 
-__all__ = ["accelbackends_cluster_environment", "is_job_step", "parse_counts", "started_by_srun"]
+__all__ = [
+    "Counts",
+    "accelbackends_cluster_environment",
+    "is_job_step",
+    "parse_counts",
+    "started_by_srun",
+]
 
 #: Slurm's ``SLURM_MAX_NORMAL_STEP_ID``: ids above it are the batch, interactive, extern and
 #: pending "steps", which are not ``srun`` launches.
@@ -34,24 +41,52 @@ _COUNT = re.compile(r"^([0-9]+)(?:\(x([0-9]+)\))?$", re.ASCII)
 _NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
 
-def parse_counts(text: str, *, source: str) -> list[int]:
-    """Slurm's compressed per-node counts: ``"2(x3),1"`` is ``[2, 2, 2, 1]``."""
-    counts: list[int] = []
+@dataclass(frozen=True)
+class Counts:
+    """Slurm's compressed per-node counts, kept compressed: ``"2(x3),1"`` is ``(2, 3), (1, 1)``
+    (count, repeat); a ``1(x10000000000)`` costs nothing until a node's count is asked for."""
+
+    runs: tuple[tuple[int, int], ...]
+
+    def __len__(self) -> int:
+        return sum(repeat for _, repeat in self.runs)
+
+    def total(self) -> int:
+        return sum(count * repeat for count, repeat in self.runs)
+
+    def __getitem__(self, node: int) -> int:
+        for count, repeat in self.runs:
+            if node < repeat:
+                return count
+            node -= repeat
+        raise IndexError(node)
+
+    def expand(self) -> list[int]:
+        return [count for count, repeat in self.runs for _ in range(repeat)]
+
+
+def parse_counts(text: str, *, source: str) -> Counts:
+    """Slurm's compressed per-node counts: ``"2(x3),1"`` is 2, 2, 2, 1."""
+    runs: list[tuple[int, int]] = []
     for item in text.strip().split(","):
         match = _COUNT.match(item.strip())
-        if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
+        if match:
+            count = parse_int(match.group(1), source)
+            repeat = parse_int(match.group(2) or "1", source)
+        if not match or count < 1 or repeat < 1:
             raise ConfigError(
-                f"{source}={text!r} is not valid; use counts >= 1 per node, a repeated count "
-                "written as N(xK), separated by commas (e.g. 2(x3),1)"
+                f"{source}={shown(text)} is not valid; use counts >= 1 per node, a repeated "
+                "count written as N(xK), separated by commas (e.g. 2(x3),1)"
             )
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+        runs.append((count, repeat))
+    return Counts(tuple(runs))
 
 
 def is_job_step(env: Mapping[str, str]) -> bool:
     """True for a task ``srun`` started; False in ``salloc``/``sbatch`` shells and outside Slurm."""
     var = next((v for v in ("SLURM_STEP_ID", "SLURM_STEPID") if env.get(v, "").strip()), None)
-    return var is not None and read_int(env, var) <= MAX_NORMAL_STEP_ID
+    # Step ids are unsigned 32-bit; the special ones sit just below 2**32.
+    return var is not None and read_int(env, var, high=2**32 - 1) <= MAX_NORMAL_STEP_ID
 
 
 def started_by_srun(env: Mapping[str, str], rank: int, world_size: int | None) -> bool:
@@ -94,19 +129,19 @@ def _local_world_size(r: Reader, world: int, node: int) -> int:
         counts = parse_counts(r.env[list_var], source=list_var)
         if nodes is not None and len(counts) != nodes[0]:
             raise ConfigError(
-                f"{list_var}={r.env[list_var]!r} lists {len(counts)} nodes but "
+                f"{list_var}={shown(r.env[list_var])} lists {len(counts)} nodes but "
                 f"{nodes[1]}={nodes[0]}; the launcher's variables contradict each other"
             )
-        if sum(counts) != world:
+        if counts.total() != world:
             raise ConfigError(
-                f"{list_var}={r.env[list_var]!r} adds up to {sum(counts)} tasks but "
+                f"{list_var}={shown(r.env[list_var])} adds up to {counts.total()} tasks but "
                 f"{r.sources['world_size']}={world}; the launcher's variables contradict each "
                 "other"
             )
         if node >= len(counts):
             raise ConfigError(
                 f"SLURM_NODEID={node} must be less than the {len(counts)} nodes of "
-                f"{list_var}={r.env[list_var]!r}"
+                f"{list_var}={shown(r.env[list_var])}"
             )
         return r.derive("local_world_size", counts[node], f"{list_var}[SLURM_NODEID]")
     per_node = r.read(
