@@ -27,10 +27,11 @@ __all__ = [
     "LOOPBACK",
     "MAX_COUNT",
     "Reader",
+    "check_packed",
+    "parse_int",
     "port_from_id",
     "read_int",
     "read_mpi_style",
-    "parse_int",
     "read_port",
     "require",
     "shown",
@@ -91,7 +92,8 @@ def require(env: Mapping[str, str], launcher: str, *names: str) -> None:
     if missing:
         raise ConfigError(
             f"the {launcher} environment is missing {', '.join(missing)}; "
-            f"a {launcher} launch sets {', '.join(names)}"
+            f"{'an' if launcher[:1] in 'aeiou' else 'a'} {launcher} launch sets "
+            f"{', '.join(names)}"
         )
 
 
@@ -179,6 +181,7 @@ class Reader:
         derive_addr: Callable[[], tuple[str, str] | None] | None = None,
         job_id: tuple[str, str] | None = None,
         port_var: str | None = None,
+        derive_port: Callable[[], tuple[int, str] | None] | None = None,
         hint: str = "",
     ) -> tuple[str | None, int | None]:
         """Rank 0's address and port: the user's ``MASTER_ADDR``/``MASTER_PORT`` first.
@@ -187,6 +190,8 @@ class Reader:
             None; called only when ``MASTER_ADDR`` is not set.
         :param job_id: (job id, its variable) to derive the port from.
         :param port_var: The launcher's own port variable, used when ``MASTER_PORT`` is not set.
+        :param derive_port: Returns (port, how it was found) where the launcher reserved or named
+            one (Slurm's reserved ports, AzureML's master node); before hashing the job id.
         :param hint: How to set ``MASTER_ADDR`` under this launcher, for the error.
         """
         if _present(self.env, "MASTER_ADDR"):
@@ -208,6 +213,8 @@ class Reader:
         if (name := self.first("MASTER_PORT", *([port_var] if port_var else []))) is not None:
             port = read_port(self.env, name)
             self.sources["master_port"] = name
+        elif derive_port is not None and (found := derive_port()) is not None:
+            port, self.sources["master_port"] = found
         elif job_id is not None:
             port = port_from_id(job_id[0])
             self.sources["master_port"] = f"{job_id[1]} (hashed into 20000-29999)"
@@ -244,6 +251,23 @@ class Reader:
         )
 
 
+def check_packed(r: Reader, rank: int, local_rank: int, local_world_size: int) -> None:
+    """Where a launcher gives no node index, the node rank is ``rank // local world size``,
+    which holds only for packed (block) placement: ranks 0..n-1 on the first node, and so on.
+    A round-robin (cyclic) placement shows itself on some rank as a local rank that is not
+    ``rank % local world size``; refuse there rather than give two ranks one (node, local) pair.
+    """
+    if rank % local_world_size != local_rank:
+        raise ConfigError(
+            f"{r.sources['rank']}={rank} with {r.sources['local_rank']}={local_rank} and "
+            f"{r.sources['local_world_size']}={local_world_size} is not a packed placement "
+            f"(rank {rank} would be local rank {rank % local_world_size} of node "
+            f"{rank // local_world_size}): the ranks were placed round-robin across nodes, "
+            f"and the {r.launcher} launcher does not say which node is this one; place them "
+            "node by node (mpiexec -ppn N, mpirun --map-by ppr:N:node) or set NODE_RANK per node"
+        )
+
+
 def read_mpi_style(
     reader: Reader,
     *,
@@ -255,13 +279,20 @@ def read_mpi_style(
     missing_world: str = "",
     missing_local: str = "",
     job_id: str | None = None,
+    derive_job: Callable[[int, int], tuple[str, str] | None] | None = None,
     derive_addr: Callable[[], tuple[str, str] | None] | None = None,
+    derive_port: Callable[[], tuple[int, str] | None] | None = None,
+    derive_node: Callable[[], tuple[int, str] | None] | None = None,
     hint: str = "",
 ) -> ClusterInfo:
     """The shape every MPI-style launcher shares: rank, world, local rank and size from
     variables (first present of each tuple); the node rank from a variable or, where the launcher
     gives none, ``rank // local world size`` (ranks packed node by node, the launchers' default
-    mapping); the rendezvous address as :meth:`Reader.rendezvous` derives it."""
+    mapping); the rendezvous address as :meth:`Reader.rendezvous` derives it.
+
+    The job's identity (the port and the store keys derive from it) is the variable ``job_id``
+    or, without it, what ``derive_job(world size, local world size)`` finds: (the id, how it
+    was found), or None where nothing identifies the job."""
     r = reader
     rank_value = r.read("rank", *rank)
     world = r.read("world_size", *world_size, missing=missing_world)
@@ -278,6 +309,9 @@ def read_mpi_style(
         else:
             local = r.read("local_rank", *local_rank, missing=missing_local)
     node = r.read_optional("node_rank", *node_rank)
+    if node is None and derive_node is not None and (found_node := derive_node()) is not None:
+        node = r.derive("node_rank", *found_node)
+    packed = node is None
     if node is None:
         node = r.derive(
             "node_rank",
@@ -285,12 +319,20 @@ def read_mpi_style(
             f"{r.sources['rank']} // {r.sources['local_world_size']}",
         )
     r.check_counts(rank_value, world, local, local_world, node)
-    job = r.first(job_id) if job_id else None
+    if packed:
+        check_packed(r, rank_value, local, local_world)
+    job_var = r.first(job_id) if job_id else None
+    job = (r.env[job_var].strip(), job_var) if job_var else None
+    if job is None and derive_job is not None:
+        job = derive_job(world, local_world)
+    if job is not None:
+        r.sources["run_id"] = job[1]
     addr, port = r.rendezvous(
         world,
         local_world,
         derive_addr=derive_addr,
-        job_id=(r.env[job], job) if job else None,
+        derive_port=derive_port,
+        job_id=job,
         hint=hint,
     )
     return r.cluster(
@@ -301,5 +343,5 @@ def read_mpi_style(
         node_rank=node,
         master_addr=addr,
         master_port=port,
-        run_id=f"{r.launcher}/{r.env[job]}" if job else "",
+        run_id=f"{r.launcher}/{job[0]}" if job else "",
     )

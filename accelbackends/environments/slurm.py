@@ -31,6 +31,8 @@ __all__ = [
     "accelbackends_cluster_environment",
     "is_job_step",
     "parse_counts",
+    "reserved_port",
+    "slurm_step",
     "started_by_srun",
 ]
 
@@ -113,6 +115,33 @@ def started_by_srun(env: Mapping[str, str], rank: int, world_size: int | None) -
     return step_rank == rank and (world_size is None or step_tasks == world_size)
 
 
+def slurm_step(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(``job.step``, the variables it came from) when this process runs inside a Slurm step:
+    unique to the step, and the same on every node of it. An MPI launcher inside an allocation
+    starts its daemons as one step, so its ranks share this too."""
+    job_var = next((v for v in ("SLURM_JOB_ID", "SLURM_JOBID") if env.get(v, "").strip()), None)
+    step_var = next((v for v in ("SLURM_STEP_ID", "SLURM_STEPID") if env.get(v, "").strip()), None)
+    if job_var and step_var:
+        return f"{env[job_var].strip()}.{env[step_var].strip()}", f"{job_var}.{step_var}"
+    return None
+
+
+def reserved_port(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """The first of the ports ``srun --resv-ports`` reserved for this step on every node of it
+    (``SLURM_STEP_RESV_PORTS=12000-12003``): no other step is given it while this one runs."""
+    value = env.get("SLURM_STEP_RESV_PORTS", "").strip()
+    if not value:
+        return None
+    first = value.split(",")[0].split("-")[0]
+    port = parse_int(first, "SLURM_STEP_RESV_PORTS")
+    if not 0 < port < 65536:
+        raise ConfigError(
+            f"SLURM_STEP_RESV_PORTS={shown(value)} does not start with a TCP port; Slurm writes "
+            "a port range such as 12000-12003"
+        )
+    return port, "SLURM_STEP_RESV_PORTS (first reserved port)"
+
+
 def _nodes(r: Reader, *names: str) -> tuple[int, str] | None:
     name = r.first(*names)
     return (read_int(r.env, name), name) if name else None
@@ -175,14 +204,15 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     node = r.read("node_rank", "SLURM_NODEID")
     local_world = _local_world_size(r, world, node)
     r.check_counts(rank, world, local, local_world, node)
-    job_var = r.first("SLURM_JOB_ID", "SLURM_JOBID")
-    step_var = r.first("SLURM_STEP_ID", "SLURM_STEPID")
-    job = f"{env[job_var]}.{env[step_var]}" if job_var and step_var else None
+    step = slurm_step(env)
+    if step is not None:
+        r.sources["run_id"] = step[1]
     addr, port = r.rendezvous(
         world,
         local_world,
         derive_addr=lambda: _first_host(r),
-        job_id=(job, f"{job_var}.{step_var}") if job and job_var and step_var else None,
+        derive_port=lambda: reserved_port(env),
+        job_id=step,
     )
     return r.cluster(
         rank=rank,
@@ -192,5 +222,5 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
         node_rank=node,
         master_addr=addr,
         master_port=port,
-        run_id=f"slurm/{job}" if job else "",
+        run_id=f"slurm/{step[0]}" if step else "",
     )
