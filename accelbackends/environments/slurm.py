@@ -73,8 +73,11 @@ def parse_counts(text: str, *, source: str) -> Counts:
     for item in text.strip().split(","):
         match = _COUNT.match(item.strip())
         if match:
-            count = parse_int(match.group(1), source)
-            repeat = parse_int(match.group(2) or "1", source)
+            try:
+                count = parse_int(match.group(1), "count")
+                repeat = parse_int(match.group(2) or "1", "repeat")
+            except ConfigError as exc:
+                raise ConfigError(f"{source}={shown(text)}: {exc}") from None
         if not match or count < 1 or repeat < 1:
             raise ConfigError(
                 f"{source}={shown(text)} is not valid; use counts >= 1 per node, a repeated "

@@ -163,5 +163,9 @@ def test_the_job_and_step_identify_the_run_so_two_steps_never_share_store_keys()
 
 
 def test_a_huge_repeated_per_node_count_is_a_mismatch_error_not_an_expansion() -> None:
-    with pytest.raises(ConfigError, match=r"lists 10000000000 nodes but SLURM_STEP_NUM_NODES=2"):
+    with pytest.raises(ConfigError, match=r"lists 2000000000 nodes but SLURM_STEP_NUM_NODES=2"):
+        cluster({**SRUN_2x4, "SLURM_STEP_TASKS_PER_NODE": "1(x2000000000)"})
+    with pytest.raises(
+        ConfigError, match=r"SLURM_STEP_TASKS_PER_NODE='1\(x10000000000\)': repeat="
+    ):
         cluster({**SRUN_2x4, "SLURM_STEP_TASKS_PER_NODE": "1(x10000000000)"})
