@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from ._termination import Watchdog, watch_sigterm
 from ._text import say
 from .errors import AccelBackendsError, ConfigError, first_line
 
@@ -27,7 +28,13 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if _watchdog is not None:
+        _watchdog.handled()
     raise _Terminated
+
+
+#: Ends the process if ``_raise_terminated`` cannot run (main thread stuck in native code).
+_watchdog: Watchdog | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,7 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    global _watchdog
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:
+        try:
+            return _run(args)
+        finally:
+            _watchdog = None
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "info":
             return _info(args)
@@ -107,5 +124,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("accelbackends: terminated", file=sys.stderr)
         return EXIT_TERMINATED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
