@@ -5,9 +5,9 @@ rendezvous address the same way for every launcher.
 The rules that :class:`Reader` applies everywhere:
 
 - A ``MASTER_ADDR``/``MASTER_PORT`` the user set always wins over anything derived.
-- Without one, a launcher-specific derivation is used (Slurm's node list, LSF's rank file);
-  when every rank runs on this node, ``127.0.0.1`` is enough; otherwise the error says to set
-  ``MASTER_ADDR`` and how.
+- Without one, when every rank runs on this node, ``127.0.0.1`` (no name to resolve); otherwise
+  a launcher-specific derivation (Slurm's node list, LSF's rank file); without one the error
+  says to set ``MASTER_ADDR`` and how.
 - A derived port comes from the job's id (:func:`port_from_id`), so every rank of a job computes
   the same one and two jobs sharing a node almost never collide; with no job id it is 29500,
   torchrun's default.
@@ -199,10 +199,12 @@ class Reader:
             self.sources["master_addr"] = "MASTER_ADDR"
         elif world_size == 1:
             return None, None
+        elif world_size == local_world_size:
+            # Before any derived name: a node name need not resolve (Slurm's NodeName is not
+            # always a host name), and every rank is here anyway.
+            addr, self.sources["master_addr"] = LOOPBACK, "loopback: all ranks on this node"
         elif derive_addr is not None and (derived := derive_addr()) is not None:
             addr, self.sources["master_addr"] = derived
-        elif world_size == local_world_size:
-            addr, self.sources["master_addr"] = LOOPBACK, "loopback: all ranks on this node"
         else:
             raise ConfigError(
                 f"the {self.launcher} launcher does not say where rank 0 runs, and its "

@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SlurmCluster", "missing", "slurm_cluster"]
+from accelbackends.testing.cluster import clean_environment
+
+__all__ = ["NODES", "RESERVED_PORTS", "SlurmCluster", "missing", "slurm_cluster"]
 
 _BINARIES = ("munged", "slurmctld", "slurmd", "slurmstepd", "srun", "sbatch", "sinfo")
 NODES = ("n1", "n2")
@@ -62,7 +64,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: The ports ``srun --resv-ports`` hands out (MpiParams=ports=...).
+RESERVED_PORTS = (15000, 15999)
+
+
 def _config(root: Path, ctld_port: int, node_ports: Mapping[str, int]) -> str:
+    resv_low, resv_high = RESERVED_PORTS
     host = socket.gethostname()
     nodes = "\n".join(
         f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
@@ -90,6 +97,7 @@ SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
+MpiParams=ports={resv_low}-{resv_high}
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
@@ -109,7 +117,8 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.send_signal(signal.SIGTERM)
     for process in reversed(processes):
         try:
-            process.wait(timeout=10)
+            # slurmctld lingers for seconds saving state nobody will read again.
+            process.wait(timeout=3)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -136,11 +145,8 @@ def slurm_cluster(
     conf = root / "slurm.conf"
     node_ports = {name: _free_port() for name in NODES[:nodes]}
     conf.write_text(_config(root, _free_port(), node_ports))
-    env = {**os.environ, "SLURM_CONF": str(conf)}
     # A job step must not inherit the test's own launcher variables.
-    for name in list(env):
-        if name.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_")) and name != "SLURM_CONF":
-            del env[name]
+    env = {**clean_environment(os.environ), "SLURM_CONF": str(conf)}
     processes: list[subprocess.Popen[bytes]] = []
     daemon_output = (root / "daemons.out").open("wb")
     try:
@@ -186,6 +192,13 @@ def slurm_cluster(
 
         _wait_for(all_idle, processes, root, start_timeout)
         yield cluster
+        # Steps end with their jobs; a slurmstepd whose slurmd is gone would linger.
+        cluster.run("scancel", "--full", f"--user={getpass.getuser()}", timeout=20)
+        deadline = time.monotonic() + 20
+        while cluster.run("squeue", "-h", timeout=20).stdout.strip():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         _stop(processes)
         daemon_output.close()

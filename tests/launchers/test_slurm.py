@@ -1,0 +1,102 @@
+"""A real Slurm (``slurmctld`` + two ``slurmd`` on this host): ``srun``, ``sbatch`` and a
+two-node allocation, with ranks that call ``accelbackends.init()``.
+
+The two nodes are named ``n1`` and ``n2``, which do not resolve (as on clusters whose node names
+are not host names), so the two-node steps pass ``MASTER_ADDR`` the way the docs say to.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .launchers import RANK_PROGRAM, describe, reports
+from .slurmcluster import RESERVED_PORTS, SlurmCluster
+
+pytestmark = pytest.mark.slow
+_PRINT_LAUNCHER = (
+    "import accelbackends; print('BATCH', accelbackends.Registry().cluster_environment().launcher)"
+)
+
+
+def test_srun_n2_ranks_initialise_as_slurm_and_all_reduce(slurm: SlurmCluster) -> None:
+    done = slurm.run("srun", "-N1", "-n2", sys.executable, RANK_PROGRAM)
+    assert done.returncode == 0, describe(done)
+    ranks = reports(done.stdout)
+    assert [r["rank"] for r in ranks] == [0, 1], describe(done)
+    for report in ranks:
+        assert report["launcher"] == "slurm"
+        assert (report["world_size"], report["local_world_size"], report["node_rank"]) == (2, 2, 0)
+        assert report["local_rank"] == report["rank"]
+        assert report["sum"] == 3.0
+        assert report["run_id"].startswith("slurm/") and report["run_id"].endswith(".0")
+    assert ranks[0]["master_port"] == ranks[1]["master_port"]
+
+
+def test_an_sbatch_script_calling_srun_runs_the_ranks_of_its_step(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    script, output = tmp_path / "job.sh", tmp_path / "job.out"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/sh
+            # The batch script itself is no job step: only srun's tasks are ranks.
+            {sys.executable} -c "{_PRINT_LAUNCHER}"
+            srun -n2 {sys.executable} {RANK_PROGRAM}
+            """
+        )
+    )
+    done = slurm.run("sbatch", "--wait", "-N1", "-n2", f"--output={output}", str(script))
+    text = output.read_text() if output.exists() else ""
+    assert done.returncode == 0, describe(done) + text
+    assert "BATCH single" in text
+    ranks = reports(text)
+    assert [(r["launcher"], r["rank"], r["sum"]) for r in ranks] == [
+        ("slurm", 0, 3.0),
+        ("slurm", 1, 3.0),
+    ], text
+
+
+def test_a_two_node_allocation_gives_each_node_its_node_rank(slurm: SlurmCluster) -> None:
+    done = slurm.run(
+        "srun", "-N2", "-n2", "--export=ALL,MASTER_ADDR=127.0.0.1", sys.executable, RANK_PROGRAM
+    )
+    assert done.returncode == 0, describe(done)
+    ranks = reports(done.stdout)
+    assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in ranks] == [(0, 0, 0), (1, 1, 0)]
+    for report in ranks:
+        assert (report["world_size"], report["local_world_size"], report["sum"]) == (2, 1, 3.0)
+        assert report["sources"]["local_world_size"] == "SLURM_STEP_TASKS_PER_NODE[SLURM_NODEID]"
+
+
+def test_srun_resv_ports_gives_the_rendezvous_its_reserved_port(slurm: SlurmCluster) -> None:
+    done = slurm.run("srun", "-N1", "-n2", "--resv-ports=2", sys.executable, RANK_PROGRAM)
+    assert done.returncode == 0, describe(done)
+    ranks = reports(done.stdout)
+    assert len(ranks) == 2, describe(done)
+    low, high = RESERVED_PORTS
+    for report in ranks:
+        assert low <= report["master_port"] <= high
+        assert report["sources"]["master_port"] == "SLURM_STEP_RESV_PORTS (first reserved port)"
+
+
+def test_accelbackends_check_under_srun_passes_on_every_rank(slurm: SlurmCluster) -> None:
+    done = slurm.run(
+        "srun",
+        "-N1",
+        "-n2",
+        sys.executable,
+        "-m",
+        "accelbackends",
+        "check",
+        "--max-bytes",
+        "64KiB",
+        "--iters",
+        "3",
+    )
+    assert done.returncode == 0, describe(done)
+    assert "PASSED" in done.stdout, describe(done)
