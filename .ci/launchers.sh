@@ -25,7 +25,7 @@ installed=$(date +%s)
 
 echo "launchers: $("$prefixes/openmpi/bin/mpirun" --version | head -n 1)," \
     "MPICH $("$prefixes/mpich/bin/mpichversion" | sed -n 's/.*Version: *//p' | head -n 1)," \
-    "$(srun --version 2>/dev/null || echo 'no Slurm')," \
+    "$(slurmd -V 2>/dev/null || echo "no Slurm")," \
     "torchrun from torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 
 # -p no:cacheprovider: nothing written into the clean clone.

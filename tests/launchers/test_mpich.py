@@ -130,11 +130,11 @@ def test_a_second_job_on_the_same_master_port_fails_naming_it_and_never_joins_th
                 MASTER_PORT=port,
                 ACCELBACKENDS_RENDEZVOUS_TIMEOUT="600",
             ),
-            timeout=90,
+            timeout=60,
         )
     finally:
         release.touch()
-    done = _finish(first)
+    done = _finish(first, timeout=60)
     assert done.returncode == 0, describe(done)
     assert [r["sum"] for r in reports(done.stdout)] == [3.0, 3.0], describe(done)
     assert second.returncode != 0, describe(second)
