@@ -3,7 +3,8 @@
 It prints ``LAUNCHED {json}`` with what the rank recognised (launcher, rank numbers, the
 rendezvous address, port and run id, and where each came from) and the all_reduce's sum, so a
 test can check every rank's view. With ``--die-in-first-attempt RANK`` that rank exits 1 before
-``init()`` when torchrun's restart count is 0 (an elastic restart test).
+``init()`` when torchrun's restart count is 0 (an elastic restart test); with
+``--recognise-only`` it prints only what the launcher's variables say, or the error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,22 @@ import sys
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--die-in-first-attempt", type=int, default=None)
+    parser.add_argument(
+        "--recognise-only",
+        action="store_true",
+        help="print what the launcher's variables say (or the error), without init()",
+    )
     args = parser.parse_args()
+    if args.recognise_only:
+        import accelbackends
+
+        try:
+            found = accelbackends.Registry().cluster_environment()
+        except accelbackends.ConfigError as exc:
+            print(f"REFUSED {exc}", flush=True)
+            return 2
+        print(f"RECOGNISED {found.launcher} {found.rank} {found.node_rank}", flush=True)
+        return 0
     if (
         args.die_in_first_attempt is not None
         and os.environ.get("RANK") == str(args.die_in_first_attempt)

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from .launchers import RANK_PROGRAM, describe, reports
+from .launchers import RANK_PROGRAM, describe, find_launcher, reports
 from .slurmcluster import RESERVED_PORTS, SlurmCluster
 
 pytestmark = pytest.mark.slow
+# Found at import: the tests' clean environment hides ACCELBACKENDS_TEST_MPICH from the test body.
+_MPICH = find_launcher("mpich")
 _PRINT_LAUNCHER = (
     "import accelbackends; print('BATCH', accelbackends.Registry().cluster_environment().launcher)"
 )
@@ -100,3 +102,43 @@ def test_accelbackends_check_under_srun_passes_on_every_rank(slurm: SlurmCluster
     )
     assert done.returncode == 0, describe(done)
     assert "PASSED" in done.stdout, describe(done)
+
+
+def test_mpiexec_inside_an_allocation_reads_one_rank_per_node_and_refuses_round_robin(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    mpiexec, why = _MPICH
+    if mpiexec is None:
+        pytest.skip(f"no MPICH mpiexec to start inside the allocation because {why}")
+    script, output = tmp_path / "job.sh", tmp_path / "job.out"
+    # Two one-slot nodes: -np 2 puts one rank on each; -np 4 wraps round-robin (0, 2 | 1, 3).
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/sh
+            export MASTER_ADDR=127.0.0.1
+            {mpiexec} -np 2 {sys.executable} {RANK_PROGRAM}
+            echo "ONE-PER-NODE-EXIT $?"
+            {mpiexec} -np 4 {sys.executable} {RANK_PROGRAM} --recognise-only
+            echo "ROUND-ROBIN-EXIT $?"
+            """
+        )
+    )
+    done = slurm.run(
+        "sbatch", "--wait", "-N2", "-n2", f"--output={output}", str(script), timeout=240
+    )
+    text = output.read_text() if output.exists() else ""
+    assert "ONE-PER-NODE-EXIT 0" in text, describe(done) + text
+    one_per_node = reports(text.split("ONE-PER-NODE-EXIT")[0])
+    # Hydra's proxies run as one srun step whose numbers equal the ranks': Slurm answers.
+    assert [(r["launcher"], r["rank"], r["node_rank"], r["sum"]) for r in one_per_node] == [
+        ("slurm", 0, 0, 3.0),
+        ("slurm", 1, 1, 3.0),
+    ], text
+    round_robin = text.split("ONE-PER-NODE-EXIT")[1]
+    assert "ROUND-ROBIN-EXIT 0" not in round_robin, text
+    refused = sorted(line for line in round_robin.splitlines() if line.startswith("REFUSED"))
+    assert len(refused) == 2, text
+    assert refused[0].startswith("REFUSED PMI_RANK=1 with MPI_LOCALRANKID=0"), text
+    assert refused[1].startswith("REFUSED PMI_RANK=2 with MPI_LOCALRANKID=1"), text
+    assert all("is not a packed placement" in line for line in refused)
