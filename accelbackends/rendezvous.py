@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import config
-from .errors import RendezvousError, RendezvousWarning, first_line
-from .spec import ClusterInfo
+from .plugin import config
+from .plugin.errors import RendezvousError, RendezvousWarning, first_line
+from .plugin.types import ClusterInfo
 
 __all__ = [
     "DEFAULT_RENDEZVOUS_TIMEOUT",

@@ -19,8 +19,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, hookimpl
 from ._common import Reader, read_int, read_mpi_style
 from .slurm import slurm_step, started_by_srun
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from ._common import Reader, parse_int, read_mpi_style, shown
 
 _AZURE_NODE = "AZ_BATCH_MASTER_NODE"

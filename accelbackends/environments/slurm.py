@@ -20,9 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from . import _hostlist
 from ._common import Reader, parse_int, read_int, shown
 
