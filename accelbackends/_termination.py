@@ -43,6 +43,11 @@ class Watchdog:
         self._handled.set()
 
     def _run(self, wakeup: int) -> None:
+        # The kernel hands a process-directed signal to any thread that does not block it. Were
+        # it this one, the main thread would sleep on (a sleep or select is cut short only in
+        # the thread that took the signal), its handler would not run, and the grace would run
+        # out on a responsive process: leave every signal to the other threads.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         while True:
             try:
                 data = os.read(wakeup, 64)

@@ -13,14 +13,27 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from accelbackends.testing.cluster import clean_environment
 
-__all__ = ["RANK_PROGRAM", "clean_env", "describe", "find_launcher", "free_port", "reports"]
+__all__ = [
+    "CHECK",
+    "RANK_PROGRAM",
+    "assert_check_passed",
+    "clean_env",
+    "describe",
+    "find_launcher",
+    "free_port",
+    "reports",
+    "two_local_ranks",
+]
 
 RANK_PROGRAM = str(Path(__file__).with_name("rank_program.py"))
+#: ``accelbackends check`` with sizes small enough for a shared CI machine.
+CHECK = (sys.executable, "-m", "accelbackends", "check", "--max-bytes", "64KiB", "--iters", "3")
 _MARKERS = {"openmpi": "Open MPI", "mpich": "HYDRA"}
 _COMMANDS = {"openmpi": "mpirun", "mpich": "mpiexec"}
 
@@ -70,6 +83,27 @@ def reports(stdout: str) -> list[dict[str, Any]]:
         if "LAUNCHED " in line
     ]
     return sorted(found, key=lambda report: int(report["rank"]))
+
+
+def two_local_ranks(done: subprocess.CompletedProcess[str], launcher: str) -> list[dict[str, Any]]:
+    """The reports of a launch of two ranks on this node, checked for what every launcher must
+    give: ``launcher`` recognised, the rank numbers, one job identity and port, the sum 1 + 2."""
+    assert done.returncode == 0, describe(done)
+    ranks = reports(done.stdout)
+    assert [r["rank"] for r in ranks] == [0, 1], describe(done)
+    for report in ranks:
+        assert report["launcher"] == launcher
+        assert (report["world_size"], report["local_world_size"], report["node_rank"]) == (2, 2, 0)
+        assert report["local_rank"] == report["rank"]
+        assert report["sum"] == 3.0
+    assert ranks[0]["run_id"] == ranks[1]["run_id"] != ""
+    assert ranks[0]["master_port"] == ranks[1]["master_port"]
+    return ranks
+
+
+def assert_check_passed(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode == 0, describe(done)
+    assert "PASSED" in done.stdout, describe(done)
 
 
 def describe(done: subprocess.CompletedProcess[str]) -> str:

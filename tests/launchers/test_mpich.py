@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from .launchers import RANK_PROGRAM, clean_env, describe, find_launcher, free_port, reports
+from .launchers import (
+    CHECK,
+    RANK_PROGRAM,
+    assert_check_passed,
+    clean_env,
+    describe,
+    find_launcher,
+    free_port,
+    reports,
+    two_local_ranks,
+)
 
 MPIEXEC, VERSION = find_launcher("mpich")
 pytestmark = [
@@ -49,15 +59,8 @@ def _finish(
 
 def test_mpiexec_np_2_ranks_initialise_as_mpich_and_all_reduce() -> None:
     done = _finish(_mpiexec("-np", "2", sys.executable, RANK_PROGRAM))
-    assert done.returncode == 0, describe(done)
-    ranks = reports(done.stdout)
-    assert [r["rank"] for r in ranks] == [0, 1], describe(done)
-    for report in ranks:
-        assert report["launcher"] == "mpich"
-        assert (report["world_size"], report["local_world_size"], report["node_rank"]) == (2, 2, 0)
-        assert report["sum"] == 3.0
-        assert "hydra_pmi_proxy" in report["sources"]["run_id"]
-    assert ranks[0]["run_id"] == ranks[1]["run_id"] != ""
+    ranks = two_local_ranks(done, "mpich")
+    assert all("hydra_pmi_proxy" in r["sources"]["run_id"] for r in ranks)
 
 
 def test_accelbackends_check_under_mpiexec_passes_on_every_rank() -> None:
@@ -65,18 +68,10 @@ def test_accelbackends_check_under_mpiexec_passes_on_every_rank() -> None:
         _mpiexec(
             "-np",
             "2",
-            sys.executable,
-            "-m",
-            "accelbackends",
-            "check",
-            "--max-bytes",
-            "64KiB",
-            "--iters",
-            "3",
+            *CHECK,
         )
     )
-    assert done.returncode == 0, describe(done)
-    assert "PASSED" in done.stdout, describe(done)
+    assert_check_passed(done)
 
 
 def test_two_mpiexec_jobs_on_one_node_derive_different_ports_and_both_run() -> None:

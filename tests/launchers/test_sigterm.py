@@ -65,8 +65,8 @@ import sys, time
 from accelbackends import cli, info
 
 def collect(*args, **kwargs):
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)  # inside the try: the signal may come right after it
         time.sleep(60)
     finally:
         time.sleep(2 * cli_grace)  # longer than the watchdog's grace

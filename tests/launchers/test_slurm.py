@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from .launchers import RANK_PROGRAM, describe, find_launcher, reports
+from .launchers import (
+    CHECK,
+    RANK_PROGRAM,
+    assert_check_passed,
+    describe,
+    find_launcher,
+    reports,
+    two_local_ranks,
+)
 from .slurmcluster import RESERVED_PORTS, SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -26,16 +34,8 @@ _PRINT_LAUNCHER = (
 
 def test_srun_n2_ranks_initialise_as_slurm_and_all_reduce(slurm: SlurmCluster) -> None:
     done = slurm.run("srun", "-N1", "-n2", sys.executable, RANK_PROGRAM)
-    assert done.returncode == 0, describe(done)
-    ranks = reports(done.stdout)
-    assert [r["rank"] for r in ranks] == [0, 1], describe(done)
-    for report in ranks:
-        assert report["launcher"] == "slurm"
-        assert (report["world_size"], report["local_world_size"], report["node_rank"]) == (2, 2, 0)
-        assert report["local_rank"] == report["rank"]
-        assert report["sum"] == 3.0
-        assert report["run_id"].startswith("slurm/") and report["run_id"].endswith(".0")
-    assert ranks[0]["master_port"] == ranks[1]["master_port"]
+    ranks = two_local_ranks(done, "slurm")
+    assert all(r["run_id"].startswith("slurm/") and r["run_id"].endswith(".0") for r in ranks)
 
 
 def test_an_sbatch_script_calling_srun_runs_the_ranks_of_its_step(
@@ -91,17 +91,9 @@ def test_accelbackends_check_under_srun_passes_on_every_rank(slurm: SlurmCluster
         "srun",
         "-N1",
         "-n2",
-        sys.executable,
-        "-m",
-        "accelbackends",
-        "check",
-        "--max-bytes",
-        "64KiB",
-        "--iters",
-        "3",
+        *CHECK,
     )
-    assert done.returncode == 0, describe(done)
-    assert "PASSED" in done.stdout, describe(done)
+    assert_check_passed(done)
 
 
 def test_mpiexec_inside_an_allocation_reads_one_rank_per_node_and_refuses_round_robin(
