@@ -56,9 +56,13 @@ def node_index(env: Mapping[str, str], hostname: str | None = None) -> tuple[int
         return None
     name = hostname or socket.gethostname()
     distinct = list(dict.fromkeys(hosts))
-    for candidate in (name, name.split(".")[0]):
-        if candidate in distinct:
-            return distinct.index(candidate), f"{_RANKFILE} (this host's place, {candidate})"
+    if name in distinct:
+        return distinct.index(name), f"{_RANKFILE} (this host's place, {name})"
+    # The file and the host may disagree on the domain part (a01n02 / a01n02.cluster).
+    short = [host.split(".")[0] for host in distinct]
+    if name.split(".")[0] in short:
+        index = short.index(name.split(".")[0])
+        return index, f"{_RANKFILE} (this host's place, {distinct[index]})"
     return None
 
 

@@ -52,3 +52,5 @@ def test_the_node_rank_comes_from_this_hosts_place_in_the_rank_file(tmp_path: Pa
         "LSB_DJOB_RANKFILE (this host's place, a01n02)",
     )
     assert node_index(env, "elsewhere") is None
+    rankfile.write_text("batch3.example\na01n01.example\na01n02.example\n")
+    assert node_index(env, "a01n02") == (1, "LSB_DJOB_RANKFILE (this host's place, a01n02.example)")

@@ -179,3 +179,9 @@ def test_inconsistent_values_are_errors_naming_both_variables(
 def test_missing_launcher_variables_say_what_to_set(env: Mapping[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         cluster(env)
+
+
+def test_a_plain_env_launch_missing_its_address_names_what_an_env_launch_sets() -> None:
+    with pytest.raises(ConfigError) as caught:
+        cluster({"RANK": "0", "WORLD_SIZE": "2"})
+    assert "missing MASTER_ADDR, MASTER_PORT; an env:// launch sets" in str(caught.value)
