@@ -82,6 +82,8 @@ def read_port(env: Mapping[str, str], var: str) -> int:
     digits = match.group(1).lstrip("0") if match else ""
     if len(digits) <= 5 and digits and int(digits) < 65536:
         return int(digits)
+    if not match:
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer from 1 to 65535")
     raise ConfigError(f"{var}={shown(value)} is not a TCP port; use 1 to 65535")
 
 
