@@ -7,10 +7,10 @@ launcher's SIGTERM (``scancel``, ``mpirun`` stopping a job, a Kubernetes pod del
 until the launcher escalates to SIGKILL.
 
 The C-level part of CPython's signal handling still runs at once: it writes the signal number to
-the *wakeup fd* (:func:`signal.set_wakeup_fd`). A daemon thread blocked on that pipe wakes, gives
-the Python handler ``grace`` seconds to take over (it calls :meth:`Watchdog.handled`, after which
+the *wakeup fd* (`signal.set_wakeup_fd`). A daemon thread blocked on that pipe wakes, gives
+the Python handler ``grace`` seconds to take over (it calls `Watchdog.handled`, after which
 the main thread's own cleanup runs unhurried), and otherwise prints the same line the handler
-would and ends the process with :func:`os._exit`: nothing of the main thread can be cleaned up
+would and ends the process with `os._exit`: nothing of the main thread can be cleaned up
 while it is stuck in native code, and a rank has nothing that outlives it (its store connection
 and sockets close with the process).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
+from . import affinity
 from .plugin import config
 from .plugin.packages import installed
 from .plugin.text import aligned
@@ -75,6 +76,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             "master_port": cluster.master_port,
             "sources": dict(cluster.sources),
         },
+        "cpu_affinity": affinity.collect(registry, selection.status, cluster),
         "overrides": config.overrides(registry.env),
         "versions": {
             "python": platform.python_version(),
@@ -133,6 +135,7 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += aligned(rows, "  ")
     lines.append("")
+    lines += [*affinity.render(report["cpu_affinity"]), ""]
     plugins = report["plugins"]
     lines.append(
         "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"

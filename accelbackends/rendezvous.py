@@ -133,7 +133,7 @@ def meet(
     cluster: ClusterInfo, *, join_timeout: float, generation: int, server: Any | None = None
 ) -> Rendezvous:
     """Connect to (or host) the store and wait until all ``world_size`` ranks have joined.
-    ``server`` is rank 0's store if :func:`host_early` already started it."""
+    ``server`` is rank 0's store if `host_early` already started it."""
     import torch.distributed as dist
 
     if cluster.store_socket is not None:

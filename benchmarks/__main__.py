@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "rendezvous-scale": "benchmarks.rendezvous_scale",
     "rendezvous-stalls": "benchmarks.rendezvous_stalls",
     "check-overhead": "benchmarks.check_overhead",
+    "cpu-affinity": "benchmarks.cpu_affinity",
 }
 
 #: Arguments ``all --quick`` gives a benchmark instead of ``--quick``.

@@ -5,9 +5,9 @@ accepts ``"alpha, host[5-9]"``, and skips empty items between separators); a pat
 text with bracketed ranges in it. Every range keeps the zero padding of its lower bound
 (``[08-10]`` is ``08, 09, 10``; ``[8-10]`` is ``8, 9, 10``), and several brackets in one pattern
 multiply out with the first bracket varying slowest, the order ``scontrol show hostnames``
-prints. :func:`first_host` and
-:func:`count` work on the parsed patterns without expanding them, so a 10,000-node list costs
-nothing, and parsing is one pass over the text (linear in its length, whatever its shape).
+prints. `first_host` and `count` work on the parsed patterns without expanding them, so a
+10,000-node list costs nothing, and parsing is one pass over the text (linear in its length,
+whatever its shape).
 """
 
 from __future__ import annotations
