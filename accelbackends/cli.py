@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from ._termination import Watchdog, watch_sigterm
+from .console import keep_plugin_output_off_stdout
 from .plugin.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -27,7 +28,7 @@ from .plugin.errors import (
 )
 from .plugin.text import say
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 class _Terminated(BaseException):
@@ -99,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     global _watchdog
+    restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:
         try:
@@ -106,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             _watchdog = None
             signal.signal(signal.SIGTERM, previous)
+            restore_stdout()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -131,3 +134,10 @@ def _run(args: argparse.Namespace) -> int:
     except _Terminated:
         print("accelbackends: terminated", file=sys.stderr)
         return EXIT_TERMINATED
+
+
+def run() -> None:
+    """The console script: ``main``, then exit without waiting for plugins' threads."""
+    from .console import exit
+
+    exit(main())

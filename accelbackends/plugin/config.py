@@ -21,6 +21,7 @@ __all__ = [
     "EAGER_INIT",
     "KNOWN_VARIABLES",
     "NVML",
+    "PLUGIN_TIMEOUT",
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
@@ -47,6 +48,7 @@ RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
 SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
+PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
@@ -62,6 +64,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
+    PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }
 
