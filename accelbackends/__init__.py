@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .attaching import attach
     from .lifecycle import destroy, distributed, init, is_initialized
     from .plugin.errors import (
         AccelBackendsError,
@@ -50,6 +51,7 @@ _EXPORTS = {
     "hookimpl": "plugin.hookspecs",
     "detect": "selection",
     "select": "selection",
+    "attach": "attaching",
     "init": "lifecycle",
     "destroy": "lifecycle",
     "distributed": "lifecycle",
@@ -119,6 +121,7 @@ __all__ = [
     "SelectionError",
     "SpawnError",
     "__version__",
+    "attach",
     "default_registry",
     "destroy",
     "detect",

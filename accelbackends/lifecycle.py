@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from . import affinity
+from .integrations import _environment, _recognition
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
 from .plugin.errors import (
@@ -167,15 +168,16 @@ def init(
             cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
 
-    cluster = cluster or registry.cluster_environment()
+    if cluster is None:
+        cluster = _recognition.cluster_for_init(registry)
 
     import torch.distributed as dist
 
     if dist.is_initialized():
         raise InitError(
             "torch.distributed is already initialised by code outside accelbackends "
-            f"(backend {dist.get_backend()}); call torch.distributed.destroy_process_group() "
-            "first, or use that process group instead of accelbackends.init()"
+            f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context for "
+            "that group, or torch.distributed.destroy_process_group() first"
         )
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
     # them all (os.environ exactly as found, no store left listening); on success the stack
@@ -371,6 +373,8 @@ def _initialise(
         cpu_affinity=cpu_affinity,
         cpus=cpus,
     )
+    steps.callback(_environment.restore)
+    _environment.export(context)  # fails if the environment describes another job
     _state = _State(context, rendezvous, steps.pop_all())
     try:
         registry.post_init(context)
@@ -430,9 +434,14 @@ def destroy() -> None:
     if _state is None:
         return
     state, _state = _state, None
-    # The process group, then the store, then the variables init() set (those the user has not
-    # changed since).
-    state.steps.close()
+    try:
+        # A framework that rewrote the job's variables after init() (Lightning starting
+        # processes of its own beside a one-rank group) ran a different job: say so.
+        _environment.check(state.context, after_init=True)
+    finally:
+        # The process group, then the store, then the variables init() set (those the user
+        # has not changed since).
+        state.steps.close()
 
 
 @contextlib.contextmanager
