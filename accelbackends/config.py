@@ -23,6 +23,7 @@ __all__ = [
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
+    "SECRET",
     "SHARE_DEVICES",
     "TIMEOUT",
     "overrides",
@@ -46,6 +47,7 @@ RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
 SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
+SECRET = PREFIX + "SECRET"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
 #: and a test checks this table against the reference docs.
@@ -60,6 +62,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
+    SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -26,9 +26,16 @@ from .errors import (
     describe,
     first_line,
 )
+from .membership import verify_group
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .registry import Registry, default_registry
-from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, host_early, meet
+from .rendezvous import (
+    DEFAULT_RENDEZVOUS_TIMEOUT,
+    Rendezvous,
+    host_early,
+    meet,
+    quiet_torch_logs,
+)
 from .selection import Selection, select
 from .spec import BackendOptions, BindRequest, ClusterInfo, OptionsRequest
 
@@ -171,6 +178,7 @@ def init(
 
     cluster = cluster or registry.cluster_environment()
 
+    quiet_torch_logs()
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -279,7 +287,9 @@ def _initialise(
         os.environ[GLOO_INTERFACE] = interface
 
     _generation += 1
-    rendezvous = meet(cluster, join_timeout=join_s, generation=_generation, server=server)
+    rendezvous = meet(
+        cluster, join_timeout=join_s, generation=_generation, server=server, env=registry.env
+    )
     try:
         rendezvous.raw.set_timeout(options.timeout)
         extra: dict[str, Any] = {}
@@ -301,6 +311,16 @@ def _initialise(
                 f"{cluster.rank}: {first_line(exc)}"
             ) from exc
         _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
+        if rendezvous.admission is not None:
+            # Before the first user collective: a process that slipped into the collectives by
+            # writing store keys directly cannot answer this.
+            verify_group(
+                rendezvous.admission,
+                cluster.rank,
+                cluster.world_size,
+                "cpu" if "gloo" in options.backend else device,
+                join_s,
+            )
         if seed is not None:
             _seed(seed + (cluster.rank if seed_per_rank else 0))
         context = Context(
