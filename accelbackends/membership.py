@@ -28,7 +28,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ __all__ = [
     "Secret",
     "admit",
     "load_secret",
+    "report_conflict",
     "secret_source",
     "user_secret_path",
     "verify_group",
@@ -207,6 +208,9 @@ class Admission:
     identity: str
     nonce: str
     secret: Secret
+    #: Reads a collision reported after the admission (a late rank of this job finding its
+    #: place taken); checked once more before the first user collective.
+    conflict: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
 
 
 class _Store:
@@ -218,6 +222,10 @@ class _Store:
 
     def key(self, name: str) -> str:
         return self.prefix + name
+
+    def job_key(self, name: str) -> str:
+        """A key shared by every attempt of the job (the prefix without its attempt number)."""
+        return self.prefix.rstrip("/").rsplit("/", 1)[0] + "/" + name
 
     def claim(self, name: str, value: str) -> str:
         """Set ``name`` unless someone already did; returns the value it has now."""
@@ -245,10 +253,7 @@ def _member(rank: int) -> str:
 
 
 def _port_hint(where: str) -> str:
-    return (
-        f"another process is using this job's rendezvous at {where}; give each job its own "
-        "MASTER_PORT"
-    )
+    return f"another process is using this job's MASTER_PORT ({where})"
 
 
 def _claimed_by(record: str) -> str:
@@ -277,10 +282,12 @@ def admit(
     join_timeout: float,
     where: str,
     diagnose: Callable[[], str] | None = None,
+    peers: Callable[[], str] | None = None,
 ) -> Admission:
     """Count this rank in and wait until rank 0 has admitted every rank, or fail naming the rank
     or process that broke the rendezvous. ``diagnose`` adds what rank 0 can see when ranks are
-    missing (e.g. connections held on its port)."""
+    missing (e.g. connections held on its port), ``peers`` who is connected to the store when a
+    process is refused."""
     store = _Store(raw, prefix)
     identity = f"{prefix}|world_size={world_size}"
     if rank == 0:
@@ -310,6 +317,9 @@ def admit(
         sort_keys=True,
     )
     if store.has("verdict"):
+        verdict = _read_verdict(store, admission)
+        if verdict is not None and not verdict[0]:
+            raise RendezvousError(verdict[1])
         raise _fail(
             store,
             f"rank {rank}: the rendezvous at {where} has already admitted all its ranks, so "
@@ -322,20 +332,29 @@ def admit(
         raise _fail(
             store,
             f"rank {rank}: {joined} ranks joined the rendezvous at {where} for a world size of "
-            f"{world_size}: ranks of another job are joining it; {_port_hint(where)}",
+            f"{world_size}: ranks of another job are joining it; {_port_hint(where)}; give each "
+            "job its own MASTER_PORT",
         )
     current = store.claim(_member(rank), record)
     if current != record:
         raise _fail(
             store,
             f"rank {rank}: rank {rank} of the rendezvous at {where} was already taken by "
-            f"{_claimed_by(current)}; {_port_hint(where)}",
+            f"{_claimed_by(current)}; {_port_hint(where)}; give each job its own MASTER_PORT",
         )
     if rank == 0:
-        _admit_as_rank_zero(store, admission, world_size, deadline, join_timeout, where, diagnose)
+        _admit_as_rank_zero(
+            store, admission, world_size, deadline, join_timeout, where, diagnose, peers
+        )
     else:
         _await_verdict(store, admission, rank, world_size, deadline, join_timeout, where)
-    return admission
+    return Admission(identity, nonce, secret, lambda: _conflict(store))
+
+
+def report_conflict(raw: Any, job_prefix: str, message: str) -> None:
+    """Mark the job at ``job_prefix`` (``accelbackends/<run id>/``) as collided with: its rank 0
+    fails with ``message`` instead of admitting ranks that may belong to another job."""
+    raw.set(job_prefix + "conflict", message)
 
 
 def _verdict_mac(admission: Admission, ok: bool, message: str) -> str:
@@ -388,6 +407,7 @@ def _admit_as_rank_zero(
     join_timeout: float,
     where: str,
     diagnose: Callable[[], str] | None,
+    peers: Callable[[], str] | None,
 ) -> None:
     started = deadline - join_timeout
     members = [_member(r) for r in range(world_size)]
@@ -397,8 +417,9 @@ def _admit_as_rank_zero(
             now = time.monotonic()
             if store.wait(members, min(_TICK, deadline - now)):
                 break
-            if store.has("conflict"):
-                raise RendezvousError(store.get("conflict"))
+            conflict = _conflict(store)
+            if conflict:
+                raise RendezvousError(conflict)
             intruder = _unproven_joiner(store, world_size, where)
             if intruder:
                 raise RendezvousError(f"rank 0: {intruder}")
@@ -421,6 +442,9 @@ def _admit_as_rank_zero(
         _check_members(store, admission, world_size, where)
     except RendezvousError as exc:
         message = str(exc)
+        if peers is not None and ("not part of this job" in message or "proof" in message):
+            message += peers()
+            exc = RendezvousError(message)
         with contextlib.suppress(Exception):
             store.raw.set(
                 store.key("verdict"),
@@ -432,16 +456,25 @@ def _admit_as_rank_zero(
                     }
                 ),
             )
-        raise
+        raise exc from None
     store.raw.set(
         store.key("verdict"),
         json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")}),
     )
 
 
+def _conflict(store: _Store) -> str | None:
+    """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
+    for key in (store.key("conflict"), store.job_key("conflict")):
+        if store.raw.check([key]):
+            return bytes(store.raw.get(key)).decode(errors="replace")
+    return None
+
+
 def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
-    if store.has("conflict"):
-        raise RendezvousError(store.get("conflict"))
+    conflict = _conflict(store)
+    if conflict:
+        raise RendezvousError(conflict)
     if store.get("nonce") != admission.nonce:
         raise RendezvousError(
             f"rank 0: another process overwrote this job's rendezvous challenge at {where}; "
@@ -487,6 +520,21 @@ def _check_members(store: _Store, admission: Admission, world_size: int, where: 
         )
 
 
+def _read_verdict(store: _Store, admission: Admission) -> tuple[bool, str] | None:
+    """Rank 0's verdict (admitted, message), or None where the key holds something rank 0 did
+    not sign."""
+    try:
+        verdict = json.loads(store.get("verdict"))
+        ok, message, mac = bool(verdict["ok"]), str(verdict["message"]), str(verdict["mac"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if admission.secret.key is not None and not hmac.compare_digest(
+        mac, _verdict_mac(admission, ok, message)
+    ):
+        return None
+    return ok, message
+
+
 def _await_verdict(
     store: _Store,
     admission: Admission,
@@ -499,8 +547,9 @@ def _await_verdict(
     limit = deadline + _VERDICT_GRACE
     while True:
         if not store.wait(["verdict"], min(_TICK, limit - time.monotonic())):
-            if store.has("conflict"):
-                raise RendezvousError(store.get("conflict"))
+            conflict = _conflict(store)
+            if conflict:
+                raise RendezvousError(conflict)
             if time.monotonic() < limit:
                 continue
             missing = _missing(store, world_size)
@@ -511,17 +560,11 @@ def _await_verdict(
                 + f" (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
                 "missing ranks never started or cannot reach this address)"
             )
-        try:
-            verdict = json.loads(store.get("verdict"))
-            ok, message, mac = bool(verdict["ok"]), str(verdict["message"]), verdict["mac"]
-        except (ValueError, KeyError, TypeError):
-            ok, message, mac = False, "", None
-        if admission.secret.key is None or (
-            mac is not None and hmac.compare_digest(str(mac), _verdict_mac(admission, ok, message))
-        ):
-            if ok:
+        verdict = _read_verdict(store, admission)
+        if verdict is not None:
+            if verdict[0]:
                 return
-            raise RendezvousError(message)
+            raise RendezvousError(verdict[1])
         # A verdict rank 0 did not sign: another process wrote it; wait for rank 0's.
         if time.monotonic() >= limit:
             raise RendezvousError(
@@ -557,6 +600,9 @@ def verify_group(
             f"rank {rank}: the membership check over the process group did not complete within "
             f"{timeout:g} s ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r})"
         ) from None
+    conflict = admission.conflict() if admission.conflict else None
+    if conflict:
+        raise RendezvousError(conflict)
     for r, received in enumerate(gathered):
         if not torch.equal(received.cpu(), tag(r).cpu()):
             raise RendezvousError(

@@ -8,7 +8,9 @@ never come, fails with "k/N ranks joined"; only then is the collective timeout s
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -38,6 +40,9 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 #: How much longer than its own timeout a store connection may take before it counts as hung
 #: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
 _CONNECT_GRACE = 2.0
+#: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
+_CONFLICT_TIMEOUT = 2.0
+_PEERS_SHOWN = 8
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -76,6 +81,12 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
         )
     except dist.DistNetworkError as exc:
         if "EADDRINUSE" in str(exc) or "address already in use" in str(exc):
+            message = (
+                f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
+                "host, so rank 0 cannot host the rendezvous store there (another job or "
+                "program holds it); set MASTER_PORT to a free port"
+            )
+            _warn_the_other_job(cluster, message)
             raise RendezvousError(
                 f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
                 "host, so rank 0 cannot host the rendezvous store there (another job or "
@@ -85,6 +96,29 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
             f"rank 0 could not host the rendezvous store on {_port_said(cluster)}: "
             f"{first_line(exc).rstrip('.')}"
         ) from None
+
+
+def _warn_the_other_job(cluster: ClusterInfo, message: str) -> None:
+    """This job's other ranks may already have joined the job that holds the port (same port,
+    same keys when the launcher gives no job identity): tell that job's rank 0, which then
+    refuses to admit them rather than run with another job's ranks. Best effort, quick."""
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        store = dist.TCPStore(
+            "127.0.0.1",
+            cluster.master_port or 0,
+            cluster.world_size,
+            False,
+            timedelta(seconds=_CONFLICT_TIMEOUT),
+        )
+        membership.report_conflict(
+            store,
+            f"{_KEY}/{cluster.run_id}/",
+            f"a second job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
+            f"{_port_said(cluster)} taken by this job, so ranks of both jobs may be joining "
+            "this rendezvous; give each job its own MASTER_PORT",
+        )
 
 
 def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
@@ -279,6 +313,14 @@ def _join(
             "connections (a denial of service), which may keep the missing ranks out"
         )
 
+    def peers() -> str:
+        found = network.connections_to(port) if hosts_store and port is not None else []
+        if not found:
+            return ""
+        shown = ", ".join(found[:_PEERS_SHOWN])
+        more = f" and {len(found) - _PEERS_SHOWN} more" if len(found) > _PEERS_SHOWN else ""
+        return f" (connected to the store: {shown}{more})"
+
     try:
         admission = membership.admit(
             raw,
@@ -290,6 +332,7 @@ def _join(
             join_timeout=join_timeout,
             where=where,
             diagnose=diagnose,
+            peers=peers,
         )
     except dist.DistError as exc:
         raise RendezvousError(
