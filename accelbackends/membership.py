@@ -84,7 +84,8 @@ def user_secret_path(env: Mapping[str, str] | None = None) -> Path:
     """The per-user secret file: ``$XDG_CONFIG_HOME/accelbackends/secret`` or
     ``~/.config/accelbackends/secret``."""
     environ = os.environ if env is None else env
-    base = environ.get("XDG_CONFIG_HOME", "").strip()
+    # Like Path.home(), fall back on the process's own variable where ``env`` has none.
+    base = (environ.get("XDG_CONFIG_HOME") or os.environ.get("XDG_CONFIG_HOME", "")).strip()
     root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
     return root / "accelbackends" / _FILE_NAME
 
@@ -456,6 +457,7 @@ def _admit_as_rank_zero(
                     }
                 ),
             )
+            _let_ranks_read_the_verdict(store, world_size)
         raise exc from None
     store.raw.set(
         store.key("verdict"),
@@ -471,7 +473,19 @@ def _conflict(store: _Store) -> str | None:
     return None
 
 
-def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
+def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:
+    """Keep the store (which dies with rank 0 when rank 0 hosts it) up until the ranks that
+    joined have read a failure verdict, briefly: they then fail with rank 0's message instead
+    of a broken connection."""
+    readers = world_size - len(_missing(store, world_size)) - 1
+    limit = time.monotonic() + _VERDICT_GRACE
+    while readers > 0 and time.monotonic() < limit:
+        if int(store.raw.add(store.key("verdict-read"), 0)) >= readers:
+            return
+        time.sleep(0.02)
+
+
+store: _Store, admission: Admission, world_size: int, where: str) -> None:
     conflict = _conflict(store)
     if conflict:
         raise RendezvousError(conflict)
@@ -561,17 +575,19 @@ def _await_verdict(
                 "missing ranks never started or cannot reach this address)"
             )
         verdict = _read_verdict(store, admission)
+        with contextlib.suppress(Exception):
+            store.raw.add(store.key("verdict-read"), 1)  # rank 0 may end now
         if verdict is not None:
             if verdict[0]:
                 return
             raise RendezvousError(verdict[1])
-        # A verdict rank 0 did not sign: another process wrote it; wait for rank 0's.
-        if time.monotonic() >= limit:
-            raise RendezvousError(
-                f"rank {rank}: the verdict at {where} is not signed by this job's rank 0; "
-                f"{_port_hint(where)}"
-            )
-        time.sleep(0.05)
+        # Signed with another secret, or written by another process: either way this rank
+        # cannot tell that it was admitted, and waiting would not change that.
+        raise RendezvousError(
+            f"rank {rank}: the verdict of the rendezvous at {where} is not signed with this "
+            f"rank's secret ({admission.secret.source}): this rank is not part of that job, "
+            f"its secret differs from rank 0's, or {_port_hint(where)}"
+        )
 
 
 def verify_group(
