@@ -485,7 +485,7 @@ def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:
         time.sleep(0.02)
 
 
-store: _Store, admission: Admission, world_size: int, where: str) -> None:
+def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
     conflict = _conflict(store)
     if conflict:
         raise RendezvousError(conflict)
