@@ -274,7 +274,7 @@ def test_rank_of_a_job_with_another_secret_is_named(
     assert re.search(r"rank 1 \([^)]*pid \d+\) at 127\.0\.0\.1:\d+: not part of this job", message)
     assert "no valid proof" in message
     code, _, err = _finish(stranger)
-    assert code != 0 and "not part of this job" in _error_line(err)
+    assert code != 0 and "not signed with this rank's secret" in _error_line(err)
 
 
 @pytest.mark.slow
