@@ -310,10 +310,10 @@ def _initialise(
                 f"init_process_group(backend={options.backend!r}) failed on rank "
                 f"{cluster.rank}: {first_line(exc)}"
             ) from exc
-        _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
-        if rendezvous.admission is not None:
+        if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
             # Before the first user collective: a process that slipped into the collectives by
-            # writing store keys directly cannot answer this.
+            # writing store keys directly cannot answer this. Every rank has finished
+            # init_process_group once it completes, so it is also the barrier below.
             verify_group(
                 rendezvous.admission,
                 cluster.rank,
@@ -321,6 +321,8 @@ def _initialise(
                 "cpu" if "gloo" in options.backend else device,
                 join_s,
             )
+        else:
+            _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
         if seed is not None:
             _seed(seed + (cluster.rank if seed_per_rank else 0))
         context = Context(

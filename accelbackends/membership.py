@@ -61,8 +61,6 @@ PROGRESS_EVERY = 10.0
 #: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
 _VERDICT_GRACE = 3.0
 _MISSING_SHOWN = 8
-#: How long an honest rank may take between being counted and leaving its record, seconds.
-_SETTLE = 0.5
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -236,6 +234,25 @@ class _Store:
     def get(self, name: str) -> str:
         return bytes(self.raw.get(self.key(name))).decode(errors="replace")
 
+    def get_within(self, name: str, seconds: float) -> str | None:
+        """The value of ``name`` once someone sets it (one round trip), or None after
+        ``seconds``."""
+        import torch.distributed as dist
+
+        self.raw.set_timeout(timedelta(seconds=max(seconds, 0.01)))
+        try:
+            return self.get(name)
+        except dist.DistError:
+            return None
+
+    def get_many(self, names: list[str]) -> list[str]:
+        keys = [self.key(n) for n in names]
+        try:
+            values = self.raw.multi_get(keys)  # one round trip where the store offers it
+        except (AttributeError, NotImplementedError, RuntimeError):
+            values = [self.raw.get(k) for k in keys]
+        return [bytes(v).decode(errors="replace") for v in values]
+
     def has(self, name: str) -> bool:
         return bool(self.raw.check([self.key(name)]))
 
@@ -268,7 +285,7 @@ def _claimed_by(record: str) -> str:
 def _fail(store: _Store, message: str) -> RendezvousError:
     """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise."""
     with contextlib.suppress(Exception):
-        store.raw.set(store.key("conflict"), message)
+        store.raw.set(store.job_key("conflict"), message)
     return RendezvousError(message)
 
 
@@ -300,12 +317,13 @@ def admit(
                 f"another process before rank 0 started it; {_port_hint(where)}",
             )
     else:
-        if not store.wait(["nonce"], deadline - time.monotonic()):
+        found = store.get_within("nonce", deadline - time.monotonic())
+        if found is None:
             raise RendezvousError(
                 f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
                 f"{join_timeout:g} s (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts slowly)"
             )
-        nonce = store.get("nonce")
+        nonce = found
     admission = Admission(identity, nonce, secret)
     record = json.dumps(
         {
@@ -317,38 +335,33 @@ def admit(
         },
         sort_keys=True,
     )
-    if store.has("verdict"):
-        verdict = _read_verdict(store, admission)
-        if verdict is not None and not verdict[0]:
-            raise RendezvousError(verdict[1])
-        raise _fail(
-            store,
-            f"rank {rank}: the rendezvous at {where} has already admitted all its ranks, so "
-            f"this rank belongs to another job; {_port_hint(where)}",
+    if rank == 0:
+        # Rank 0 knows its own proof; it leaves no record and waits for the others'.
+        _admit_as_rank_zero(
+            store, admission, world_size, deadline, join_timeout, where, diagnose, peers
         )
-    # Count first, then leave the record: once every record is there, every honest rank has
-    # been counted, so rank 0 can compare the counter with the world size.
-    joined = int(raw.add(store.key("joined"), 1))
-    if joined > world_size:
-        raise _fail(
-            store,
-            f"rank {rank}: {joined} ranks joined the rendezvous at {where} for a world size of "
-            f"{world_size}: ranks of another job are joining it; {_port_hint(where)}; give each "
-            "job its own MASTER_PORT",
-        )
+        return Admission(identity, nonce, secret, lambda: _conflict(store))
     current = store.claim(_member(rank), record)
     if current != record:
+        # Taken: by this job's own rank (so this process belongs to another job that shares
+        # the port and keys, e.g. a second MPICH job), or by an intruder.
+        if store.has("verdict"):
+            verdict = _read_verdict(store.get("verdict"), admission)
+            if verdict is not None and not verdict[0]:
+                raise RendezvousError(verdict[1])
+            raise _fail(
+                store,
+                f"rank {rank}: the rendezvous at {where} has already admitted all its ranks, "
+                f"so this rank belongs to another job (no more ranks than the world size of "
+                f"{world_size} are admitted); {_port_hint(where)}; give each job its own "
+                "MASTER_PORT",
+            )
         raise _fail(
             store,
             f"rank {rank}: rank {rank} of the rendezvous at {where} was already taken by "
             f"{_claimed_by(current)}; {_port_hint(where)}; give each job its own MASTER_PORT",
         )
-    if rank == 0:
-        _admit_as_rank_zero(
-            store, admission, world_size, deadline, join_timeout, where, diagnose, peers
-        )
-    else:
-        _await_verdict(store, admission, rank, world_size, deadline, join_timeout, where)
+    _await_verdict(store, admission, rank, world_size, deadline, join_timeout, where)
     return Admission(identity, nonce, secret, lambda: _conflict(store))
 
 
@@ -364,7 +377,8 @@ def _verdict_mac(admission: Admission, ok: bool, message: str) -> str:
 
 
 def _missing(store: _Store, world_size: int) -> list[int]:
-    return [r for r in range(world_size) if not store.has(_member(r))]
+    """The ranks other than 0 that have left no record yet."""
+    return [r for r in range(1, world_size) if not store.has(_member(r))]
 
 
 def _unproven_joiner(store: _Store, world_size: int, where: str) -> str | None:
@@ -375,19 +389,14 @@ def _unproven_joiner(store: _Store, world_size: int, where: str) -> str | None:
             f"a process that is not part of this job wrote the rendezvous key 'complete' at "
             f"{where} (no proof of membership); {_port_hint(where)}"
         )
-    # An honest rank is counted a moment before its record appears: look twice.
-    for attempt in range(2):
+    # The ranks of this job never touch the counter: whoever counted itself in is foreign.
+    if store.has("joined"):
         joined = int(store.raw.add(store.key("joined"), 0))
-        present = world_size - len(_missing(store, world_size))
-        if joined <= present:
-            return None
-        if attempt == 0:
-            time.sleep(_SETTLE)
-    return (
-        f"{joined - present} process(es) counted themselves into the rendezvous at {where} "
-        f"without a proof of membership ({joined} joined, {present} proven); "
-        f"{_port_hint(where)}"
-    )
+        return (
+            f"{joined} process(es) counted themselves into the rendezvous at {where} without a "
+            f"proof of membership (the join counter is not this job's); {_port_hint(where)}"
+        )
+    return None
 
 
 def _progress(missing: list[int], world_size: int, waited: float, limit: float) -> str:
@@ -411,7 +420,7 @@ def _admit_as_rank_zero(
     peers: Callable[[], str] | None,
 ) -> None:
     started = deadline - join_timeout
-    members = [_member(r) for r in range(world_size)]
+    members = [_member(r) for r in range(1, world_size)]
     next_report = started + PROGRESS_EVERY
     try:
         while True:
@@ -467,9 +476,9 @@ def _admit_as_rank_zero(
 
 def _conflict(store: _Store) -> str | None:
     """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
-    for key in (store.key("conflict"), store.job_key("conflict")):
-        if store.raw.check([key]):
-            return bytes(store.raw.get(key)).decode(errors="replace")
+    key = store.job_key("conflict")
+    if store.raw.check([key]):
+        return bytes(store.raw.get(key)).decode(errors="replace")
     return None
 
 
@@ -486,17 +495,16 @@ def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:
 
 
 def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
-    conflict = _conflict(store)
-    if conflict:
-        raise RendezvousError(conflict)
-    if store.get("nonce") != admission.nonce:
+    # A conflict reported from now on is caught by verify_group, before the first collective.
+    members = [_member(r) for r in range(1, world_size)]
+    current, *records = store.get_many(["nonce", *members])
+    if current != admission.nonce:
         raise RendezvousError(
             f"rank 0: another process overwrote this job's rendezvous challenge at {where}; "
             f"{_port_hint(where)}"
         )
     key = admission.secret.key
-    for rank in range(world_size):
-        record = store.get(_member(rank))
+    for rank, record in enumerate(records, start=1):
         try:
             data = json.loads(record)
             claimed = f"{data['host']}, pid {data['pid']}"
@@ -525,20 +533,13 @@ def _check_members(store: _Store, admission: Admission, world_size: int, where: 
                 f"rank 0's ({admission.secret.source}; set {SECRET} to the same value on every "
                 "host when they share no home directory)"
             )
-    joined = int(store.raw.add(store.key("joined"), 0))
-    if joined != world_size:
-        raise RendezvousError(
-            f"rank 0: the rendezvous at {where} counted {joined} ranks for a world size of "
-            f"{world_size} although {world_size} proved membership: another process changed "
-            f"the join counter; {_port_hint(where)}"
-        )
 
 
-def _read_verdict(store: _Store, admission: Admission) -> tuple[bool, str] | None:
+def _read_verdict(text: str, admission: Admission) -> tuple[bool, str] | None:
     """Rank 0's verdict (admitted, message), or None where the key holds something rank 0 did
     not sign."""
     try:
-        verdict = json.loads(store.get("verdict"))
+        verdict = json.loads(text)
         ok, message, mac = bool(verdict["ok"]), str(verdict["message"]), str(verdict["mac"])
     except (ValueError, KeyError, TypeError):
         return None
@@ -558,44 +559,43 @@ def _await_verdict(
     join_timeout: float,
     where: str,
 ) -> None:
-    limit = deadline + _VERDICT_GRACE
-    while True:
-        if not store.wait(["verdict"], min(_TICK, limit - time.monotonic())):
-            conflict = _conflict(store)
-            if conflict:
-                raise RendezvousError(conflict)
-            if time.monotonic() < limit:
-                continue
-            missing = _missing(store, world_size)
-            raise RendezvousError(
-                f"rendezvous timed out after {join_timeout:g} s: "
-                f"{world_size - len(missing)}/{world_size} ranks joined at {where}"
-                + (f", ranks {', '.join(map(str, missing))} missing" if missing else "")
-                + f" (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
-                "missing ranks never started or cannot reach this address)"
-            )
-        verdict = _read_verdict(store, admission)
-        with contextlib.suppress(Exception):
-            store.raw.add(store.key("verdict-read"), 1)  # rank 0 may end now
-        if verdict is not None:
-            if verdict[0]:
-                return
-            raise RendezvousError(verdict[1])
-        # Signed with another secret, or written by another process: either way this rank
-        # cannot tell that it was admitted, and waiting would not change that.
+    found = store.get_within("verdict", deadline + _VERDICT_GRACE - time.monotonic())
+    if found is None:
+        conflict = _conflict(store)
+        if conflict:
+            raise RendezvousError(conflict)
+        missing = _missing(store, world_size)
         raise RendezvousError(
-            f"rank {rank}: the verdict of the rendezvous at {where} is not signed with this "
-            f"rank's secret ({admission.secret.source}): this rank is not part of that job, "
-            f"its secret differs from rank 0's, or {_port_hint(where)}"
+            f"rendezvous timed out after {join_timeout:g} s: "
+            f"{world_size - len(missing)}/{world_size} ranks joined at {where}"
+            + (f", ranks {', '.join(map(str, missing))} missing" if missing else "")
+            + f" (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
+            "missing ranks never started or cannot reach this address)"
         )
+    verdict = _read_verdict(found, admission)
+    if verdict is not None and verdict[0]:
+        return
+    with contextlib.suppress(Exception):
+        store.raw.add(store.key("verdict-read"), 1)  # rank 0 may end now
+    if verdict is not None:
+        raise RendezvousError(verdict[1])
+    # Signed with another secret, or written by another process: either way this rank cannot
+    # tell that it was admitted, and waiting would not change that.
+    raise RendezvousError(
+        f"rank {rank}: the verdict of the rendezvous at {where} is not signed with this "
+        f"rank's secret ({admission.secret.source}): this rank is not part of that job, "
+        f"its secret differs from rank 0's, or {_port_hint(where)}"
+    )
 
 
 def verify_group(
     admission: Admission, rank: int, world_size: int, device: Any, timeout: float
 ) -> None:
-    """Each rank's second proof, exchanged over the initialised process group (an all-gather):
-    a process that took a rank's place in the collectives by writing the store directly cannot
-    answer it. Raises naming the rank whose answer is wrong."""
+    """Each rank's second proof, exchanged over the initialised process group: every rank sends
+    every other rank a tag only a holder of the secret can make, for that pair (an all-to-all,
+    so that every connection of the mesh carries one, not only a ring's). A process that took a
+    rank's place in the collectives by writing the store directly cannot answer it. Raises
+    naming the rank whose answer is wrong."""
     import torch
     import torch.distributed as dist
 
@@ -603,24 +603,29 @@ def verify_group(
     if key is None or world_size == 1:
         return
 
-    def tag(r: int) -> torch.Tensor:
-        digest = bytes.fromhex(_mac(key, admission.identity, admission.nonce, "group", r))
-        return torch.frombuffer(bytearray(digest), dtype=torch.uint8).to(device)
+    def tag(sender: int, receiver: int) -> bytes:
+        text = _mac(key, admission.identity, admission.nonce, "group", sender, receiver)
+        return bytes.fromhex(text)
 
-    gathered = [torch.empty(32, dtype=torch.uint8, device=device) for _ in range(world_size)]
-    work = dist.all_gather(gathered, tag(rank), async_op=True)
+    outgoing = b"".join(tag(rank, r) for r in range(world_size))
+    sent = torch.frombuffer(bytearray(outgoing), dtype=torch.uint8).to(device)
+    received = torch.empty_like(sent)
+    work = dist.all_to_all_single(received, sent, async_op=True)
+    # Asked while the exchange is in flight, so that it costs no extra time.
+    conflict = admission.conflict() if admission.conflict else None
     try:
+        assert work is not None
         work.wait(timeout=timedelta(seconds=timeout))
     except Exception as exc:
         raise RendezvousError(
             f"rank {rank}: the membership check over the process group did not complete within "
             f"{timeout:g} s ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r})"
         ) from None
-    conflict = admission.conflict() if admission.conflict else None
     if conflict:
         raise RendezvousError(conflict)
-    for r, received in enumerate(gathered):
-        if not torch.equal(received.cpu(), tag(r).cpu()):
+    answers = bytes(received.cpu().tolist())
+    for r in range(world_size):
+        if not hmac.compare_digest(answers[32 * r : 32 * (r + 1)], tag(r, rank)):
             raise RendezvousError(
                 f"rank {rank}: rank {r} in the process group is not part of this job (its "
                 "answer over the process group does not prove the job's secret: another "

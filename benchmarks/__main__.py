@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "init-overhead": "benchmarks.init_overhead",
     "rendezvous-scale": "benchmarks.rendezvous_scale",
     "rendezvous-stalls": "benchmarks.rendezvous_stalls",
+    "membership": "benchmarks.membership",
     "check-overhead": "benchmarks.check_overhead",
 }
 
