@@ -76,6 +76,20 @@ def _info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _show_library_messages() -> None:
+    """The library's progress and warnings (e.g. "waiting for ranks: 1/2 joined …"), logged
+    under ``accelbackends``, as plain lines on stderr."""
+    import logging
+
+    logger = logging.getLogger("accelbackends")
+    if not any(getattr(h, "_accelbackends_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("accelbackends: %(message)s"))
+        handler._accelbackends_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
     parser = _parser()
@@ -84,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    _show_library_messages()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "info":

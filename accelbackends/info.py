@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from . import config
+from . import config, membership
 from ._text import aligned
 from .accelerators._packages import installed
 from .registry import Registry
@@ -75,6 +75,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             "master_port": cluster.master_port,
             "sources": dict(cluster.sources),
         },
+        "membership": membership.describe(registry.env),
         "overrides": config.overrides(registry.env),
         "versions": {
             "python": platform.python_version(),
@@ -144,6 +145,8 @@ def render(report: dict[str, Any]) -> str:
             for p in plugins
         ]
         lines += aligned(rows, "  ")
+    lines.append("")
+    lines.append(f"membership: {report['membership']}")
     lines.append("")
     overrides = report["overrides"]
     lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")

@@ -42,6 +42,7 @@ __all__ = [
     "Admission",
     "Secret",
     "admit",
+    "describe",
     "load_secret",
     "report_conflict",
     "secret_source",
@@ -111,6 +112,18 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
         _check_file(path, SECRET)
         return f"{SECRET} file {path}"
     return f"{SECRET} (a value, {len(value.strip())} characters)"
+
+
+def describe(env: Mapping[str, str] | None = None) -> str:
+    """One line for ``info``: where the secret comes from, a warning when the check is off, or
+    what is wrong with ``ACCELBACKENDS_SECRET``; never the secret itself."""
+    try:
+        source = secret_source(env)
+    except ConfigError as exc:
+        return f"error: {exc}"
+    if source.startswith("off"):
+        return f"WARNING: {source}"
+    return f"ranks prove they hold the job's secret, from {source}"
 
 
 def _check_file(path: Path, source: str) -> os.stat_result:

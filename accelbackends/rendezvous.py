@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import membership, network
-from .errors import RendezvousError, RendezvousWarning, first_line
+from .errors import ConfigError, RendezvousError, RendezvousWarning, first_line
 from .membership import Admission, Secret, load_secret
 from .spec import ClusterInfo
 
@@ -104,21 +104,28 @@ def _warn_the_other_job(cluster: ClusterInfo, message: str) -> None:
     refuses to admit them rather than run with another job's ranks. Best effort, quick."""
     import torch.distributed as dist
 
-    with contextlib.suppress(Exception):
-        store = dist.TCPStore(
-            "127.0.0.1",
-            cluster.master_port or 0,
-            cluster.world_size,
-            False,
-            timedelta(seconds=_CONFLICT_TIMEOUT),
-        )
-        membership.report_conflict(
-            store,
-            f"{_KEY}/{cluster.run_id}/",
-            f"a second job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
-            f"{_port_said(cluster)} taken by this job, so ranks of both jobs may be joining "
-            "this rendezvous; give each job its own MASTER_PORT",
-        )
+    def tell() -> None:
+        with contextlib.suppress(Exception):
+            store = dist.TCPStore(
+                "127.0.0.1",
+                cluster.master_port or 0,
+                cluster.world_size,
+                False,
+                timedelta(seconds=_CONFLICT_TIMEOUT),
+            )
+            membership.report_conflict(
+                store,
+                f"{_KEY}/{cluster.run_id}/",
+                f"a second job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
+                f"{_port_said(cluster)} taken by this job, so ranks of both jobs may be "
+                "joining this rendezvous; give each job its own MASTER_PORT",
+            )
+
+    # Whatever holds the port may accept and never answer (a store client then blocks for
+    # minutes): a daemon thread, waited for briefly.
+    worker = threading.Thread(target=tell, name="accelbackends-port-conflict", daemon=True)
+    worker.start()
+    worker.join(_CONFLICT_TIMEOUT + 1)
 
 
 def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
@@ -168,7 +175,7 @@ def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:
     assert cluster.master_addr is not None
     problem = network.master_addr_problem(cluster.master_addr, cluster.source("master_addr"))
     if problem:
-        raise RendezvousError(f"rank {cluster.rank}: {problem}")
+        raise ConfigError(f"rank {cluster.rank}: {problem}")
     if cluster.rank != 0 or cluster.store_hosted:
         return
     addresses = network.resolve(cluster.master_addr, min(timeout, network.RESOLVE_TIMEOUT)) or []

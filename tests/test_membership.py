@@ -384,7 +384,6 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
     identity = f"{prefix}|world_size=2"
     old_nonce = "0" * 32
     replay = membership._mac(secret.key or b"", identity, 1, old_nonce)
-    server.add(prefix + "joined", 1)
     server.set(
         prefix + "member/1",
         f'{{"host": "old", "nonce": "{old_nonce}", "pid": 1, "proof": "{replay}", '
