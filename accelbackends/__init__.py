@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .errors import (
+    from .lifecycle import destroy, distributed, init, is_initialized
+    from .plugin.errors import (
         AccelBackendsError,
         AccelBackendsWarning,
         ConfigError,
@@ -26,33 +27,32 @@ if TYPE_CHECKING:
         SelectionError,
         SpawnError,
     )
-    from .hookspecs import hookimpl
-    from .lifecycle import Context, destroy, distributed, init, is_initialized
-    from .registry import PluginInfo, Registry, default_registry, reset
-    from .selection import Selection, detect, select
-    from .spawning import spawn
-    from .spec import (
+    from .plugin.hookspecs import hookimpl
+    from .plugin.types import (
         AcceleratorSpec,
         AcceleratorStatus,
         BackendOptions,
         BindRequest,
         Choice,
         ClusterInfo,
+        Context,
         Detection,
         OptionsRequest,
         Probe,
+        Selection,
     )
+    from .registry import PluginInfo, Registry, default_registry, reset
+    from .selection import detect, select
+    from .spawning import spawn
 
 _EXPORTS = {
-    "hookimpl": "hookspecs",
+    "hookimpl": "plugin.hookspecs",
     "detect": "selection",
     "select": "selection",
-    "Selection": "selection",
     "init": "lifecycle",
     "destroy": "lifecycle",
     "distributed": "lifecycle",
     "is_initialized": "lifecycle",
-    "Context": "lifecycle",
     "spawn": "spawning",
     "Registry": "registry",
     "PluginInfo": "registry",
@@ -69,8 +69,10 @@ _EXPORTS = {
             "Detection",
             "OptionsRequest",
             "Probe",
+            "Context",
+            "Selection",
         ),
-        "spec",
+        "plugin.types",
     ),
     **dict.fromkeys(
         (
@@ -85,7 +87,7 @@ _EXPORTS = {
             "SelectionError",
             "SpawnError",
         ),
-        "errors",
+        "plugin.errors",
     ),
 }
 

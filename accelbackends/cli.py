@@ -14,12 +14,19 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ._text import say
-from .errors import AccelBackendsError, ConfigError, first_line
+from .plugin.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    AccelBackendsError,
+    ConfigError,
+    first_line,
+)
+from .plugin.text import say
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 class _Terminated(BaseException):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from . import config, membership
-from ._text import aligned
-from .accelerators._packages import installed
+from . import membership
+from .plugin import config
+from .plugin.packages import installed
+from .plugin.text import aligned
 from .registry import Registry
 from .selection import select
 

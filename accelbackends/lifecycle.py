@@ -13,12 +13,14 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import config
-from .errors import (
+from .membership import verify_group
+from .network import GLOO_INTERFACE, gloo_interface_for
+from .plugin import config
+from .plugin.errors import (
     AccelBackendsError,
     ConfigError,
     InitError,
@@ -26,8 +28,14 @@ from .errors import (
     describe,
     first_line,
 )
-from .membership import verify_group
-from .network import GLOO_INTERFACE, gloo_interface_for
+from .plugin.types import (
+    BackendOptions,
+    BindRequest,
+    ClusterInfo,
+    Context,
+    OptionsRequest,
+    Selection,
+)
 from .registry import Registry, default_registry
 from .rendezvous import (
     DEFAULT_RENDEZVOUS_TIMEOUT,
@@ -36,8 +44,7 @@ from .rendezvous import (
     meet,
     quiet_torch_logs,
 )
-from .selection import Selection, select
-from .spec import BackendOptions, BindRequest, ClusterInfo, OptionsRequest
+from .selection import select
 
 __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_initialized"]
 
@@ -45,39 +52,6 @@ __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_i
 #: (torch's own default for non-NCCL backends, passed explicitly).
 DEFAULT_TIMEOUT = 1800.0
 _SEED_LIMIT = 2**32  # NumPy's legacy seeding accepts 0 .. 2**32 - 1
-
-
-@dataclass(frozen=True)
-class Context:
-    """Where this process stands in the initialised job."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    device: Any
-    accelerator: str
-    backend: str
-    #: The exact string passed to ``init_process_group`` (e.g. ``cpu:gloo,cuda:nccl``).
-    process_group_backend: str
-    launcher: str
-    master_addr: str | None
-    master_port: int | None
-    timeout: float
-    rendezvous_timeout: float
-    seed: int | None
-    threads: int | None
-    reason: str
-    selection: Selection = field(repr=False, compare=False)
-    cluster: ClusterInfo = field(repr=False, compare=False)
-    #: Wall time of the :func:`init` call that made this context: detection to process group.
-    init_seconds: float = 0.0
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0, the rank that reports."""
-        return self.rank == 0
 
 
 @dataclass
@@ -145,7 +119,7 @@ def init(
     :param registry: Use this registry instead of the process's default.
 
     A second call with compatible arguments returns the same context; an incompatible one is a
-    :class:`~accelbackends.errors.ConfigError`. Call :func:`destroy` to start over.
+    :class:`~accelbackends.plugin.errors.ConfigError`. Call :func:`destroy` to start over.
     """
     started = time.perf_counter()
     registry = registry or default_registry()

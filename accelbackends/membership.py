@@ -33,8 +33,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from . import config
-from .errors import ConfigError, RendezvousError
+from .plugin import config
+from .plugin.errors import ConfigError, RendezvousError
 
 __all__ = [
     "OFF",

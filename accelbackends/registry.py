@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from . import accelerators, config, environments, hookspecs
-from .errors import ConfigError, PluginError, PluginWarning, describe
-from .spec import (
+from . import accelerators, environments
+from .plugin import config, hookspecs
+from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
+from .plugin.types import (
     AcceleratorSpec,
     AcceleratorStatus,
     BackendOptions,
@@ -37,7 +38,7 @@ from .spec import (
 )
 
 if TYPE_CHECKING:
-    from .lifecycle import Context
+    from .plugin.types import Context
 
 __all__ = [
     "BUILTIN_PLUGINS",
@@ -278,7 +279,8 @@ class Registry:
     # -- detection -----------------------------------------------------------------------------
 
     def detect(self) -> tuple[AcceleratorStatus, ...]:
-        """Every declared accelerator with its verdict, sorted by name; cached until reset()."""
+        """Every declared accelerator with its verdict, sorted by name; cached until
+        :meth:`forget_detections`."""
         self.pm  # noqa: B018
         if self._detections is None:
             pairs = [pair for _, pair in sorted(self._accelerators.items())]
@@ -289,9 +291,21 @@ class Registry:
             )
         return self._detections
 
-    def reset(self) -> None:
-        """Forget detection results, so the next :meth:`detect` probes again."""
+    def forget_detections(self) -> None:
+        """Forget detection results, so the next :meth:`detect` probes again (the plugins stay
+        loaded; :func:`accelbackends.reset` instead drops the process's whole registry)."""
         self._detections = None
+
+    def reset(self) -> None:
+        """The old name of :meth:`forget_detections`, kept for callers written against it;
+        it warns because :func:`accelbackends.reset` does something else."""
+        warnings.warn(
+            "Registry.reset() is renamed Registry.forget_detections(); accelbackends.reset() "
+            "is the one that drops the process's registry",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.forget_detections()
 
     def blocked_plugins(self) -> list[str]:
         return [p.name for p in self.plugins if p.status == "blocked"]

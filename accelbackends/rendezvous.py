@@ -21,9 +21,9 @@ from datetime import timedelta
 from typing import Any
 
 from . import membership, network
-from .errors import ConfigError, RendezvousError, RendezvousWarning, first_line
 from .membership import Admission, Secret, load_secret
-from .spec import ClusterInfo
+from .plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
+from .plugin.types import ClusterInfo
 
 __all__ = [
     "DEFAULT_RENDEZVOUS_TIMEOUT",

@@ -10,33 +10,12 @@ accelerator supports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import config
-from .errors import PluginError, SelectionError
+from .plugin import config
+from .plugin.errors import PluginError, SelectionError
+from .plugin.types import AcceleratorStatus, Selection
 from .registry import Registry, default_registry
-from .spec import AcceleratorSpec, AcceleratorStatus
 
 __all__ = ["Selection", "detect", "select"]
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The chosen accelerator and backend, why, and every candidate's verdict."""
-
-    accelerator: str
-    backend: str
-    reason: str
-    backend_reason: str
-    candidates: tuple[AcceleratorStatus, ...]
-
-    @property
-    def status(self) -> AcceleratorStatus:
-        return next(c for c in self.candidates if c.name == self.accelerator)
-
-    @property
-    def spec(self) -> AcceleratorSpec:
-        return self.status.spec
 
 
 def detect(*, registry: Registry | None = None) -> tuple[AcceleratorStatus, ...]:

@@ -7,8 +7,8 @@ none of the DNS look-ups that make torch's TCP store stall now and then), and Gl
 loopback interface. Ranks are forked where that
 is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
-others are stopped at once and the parent raises :class:`~accelbackends.errors.SpawnError` naming
-the rank; no child outlives the call.
+others are stopped at once and the parent raises
+:class:`~accelbackends.plugin.errors.SpawnError` naming the rank; no child outlives the call.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from .errors import ConfigError, SpawnError
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
+from .plugin.errors import ConfigError, SpawnError
+from .plugin.types import ClusterInfo
 from .selection import select
-from .spec import ClusterInfo
 
 __all__ = ["spawn"]
 

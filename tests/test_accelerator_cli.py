@@ -12,7 +12,7 @@ import pytest
 
 from accelbackends import Registry
 from accelbackends.accelerators import BUILTIN, cuda, hpu, xpu
-from accelbackends.spec import Probe
+from accelbackends.plugin.types import Probe
 from accelbackends.testing import FakeStack, FakeTree
 
 # This machine's facts, read the way the probes read them.

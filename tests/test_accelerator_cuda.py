@@ -11,8 +11,8 @@ import pytest
 from accelbackends import defaults
 from accelbackends.accelerators import cuda, xpu
 from accelbackends.accelerators._nvml import NVML
-from accelbackends.errors import ConfigError, InitError
-from accelbackends.spec import (
+from accelbackends.plugin.errors import ConfigError, InitError
+from accelbackends.plugin.types import (
     AcceleratorStatus,
     BindRequest,
     ClusterInfo,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelbackends.accelerators._devices import (
+from accelbackends.plugin.devices import (
     SHARE_DEVICES,
     Visible,
     cuda_visible,
@@ -15,7 +15,7 @@ from accelbackends.accelerators._devices import (
     rocm_visible,
     ze_visible,
 )
-from accelbackends.errors import ConfigError
+from accelbackends.plugin.errors import ConfigError
 
 UUID_A = "GPU-8f3c5a1e-0d2b-4c7e-9a11-000000000001"
 UUID_B = "GPU-8f3c5a1e-0d2b-4c7e-9a11-000000000002"

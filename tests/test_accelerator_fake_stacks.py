@@ -1,7 +1,7 @@
 """Real multi-process init through the plugins, with fake vendor stacks and a fake machine.
 
 Each test starts two ranks the way torchrun does; every rank runs
-``python -m accelbackends.testing.rank``, which initialises through ``accelbackends.init()``
+``python -m accelbackends.testing.rank_program``, which initialises through ``accelbackends.init()``
 with probes pointed at a fake tree, and reports what it bound and which backend carried the
 collectives. The fake packages reach the ranks only through ``PYTHONPATH``.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from accelbackends.testing import FakeStack, FakeTree, launch_ranks
-from accelbackends.testing.rank import parse
+from accelbackends.testing.rank_program import parse
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,14 @@ RANKS = 2
 def run(
     tree: FakeTree, stack: FakeStack, *extra: str, nprocs: int = RANKS, **env: str
 ) -> list[dict[str, Any]]:
-    argv = [sys.executable, "-m", "accelbackends.testing.rank", "--root", str(tree.root), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "accelbackends.testing.rank_program",
+        "--root",
+        str(tree.root),
+        *extra,
+    ]
     results = launch_ranks(argv, nprocs, env=stack.env({**_base_env(), **env}), timeout=90)
     reports = [parse(result.stdout) for result in results]
     for result, report in zip(results, reports, strict=True):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from accelbackends.accelerators import hpu
-from accelbackends.accelerators._devices import habana_visible
-from accelbackends.errors import ConfigError
-from accelbackends.spec import BindRequest, ClusterInfo, Detection, OptionsRequest
+from accelbackends.plugin.devices import habana_visible
+from accelbackends.plugin.errors import ConfigError
+from accelbackends.plugin.types import BindRequest, ClusterInfo, Detection, OptionsRequest
 from accelbackends.testing import FakeStack, FakeTree
 
 _Plugin = namedtuple("_Plugin", ["creator_fn", "extended_api"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accelbackends.accelerators._packages import TorchBuild, installed, torch_build
+from accelbackends.plugin.packages import TorchBuild, installed, torch_build
 from accelbackends.testing import FakeStack
 
 

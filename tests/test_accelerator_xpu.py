@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from accelbackends.accelerators import xpu
-from accelbackends.accelerators._packages import TorchBuild
-from accelbackends.errors import ConfigError, InitError
-from accelbackends.spec import BindRequest, ClusterInfo, Detection, OptionsRequest
+from accelbackends.plugin.errors import ConfigError, InitError
+from accelbackends.plugin.packages import TorchBuild
+from accelbackends.plugin.types import BindRequest, ClusterInfo, Detection, OptionsRequest
 from accelbackends.testing import FakeStack, FakeTree
 
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 import accelbackends
 from accelbackends import ConfigError, Registry
-from accelbackends.accelerators import _devices
+from accelbackends.plugin import devices as _devices
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 _MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelbackends import ConfigError, config
+from accelbackends import ConfigError
+from accelbackends.plugin import config
 
 
 @pytest.mark.parametrize("text", ["1", "true", "YES", " On ", "True"])

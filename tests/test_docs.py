@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import accelbackends
-from accelbackends import config, hookspecs
 from accelbackends.cli import _parser
+from accelbackends.plugin import config, hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelbackends import membership
-from accelbackends.errors import ConfigError
+from accelbackends import ConfigError, membership
 from accelbackends.testing.cluster import clean_environment
 
 INTRUDERS = Path(__file__).parent / "intruders"
@@ -353,7 +352,7 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
 
     import torch.distributed as dist
 
-    from accelbackends.errors import RendezvousError
+    from accelbackends import RendezvousError
 
     env = {"XDG_CONFIG_HOME": str(config_home)}
     secret = membership.load_secret(env)

@@ -257,9 +257,13 @@ def test_detection_is_cached_until_reset() -> None:
     registry.detect()
     assert len(calls) == 1
     assert calls[0].root == Path("/nonexistent-root")
-    registry.reset()
+    registry.forget_detections()
     registry.detect()
     assert len(calls) == 2
+    with pytest.warns(DeprecationWarning, match="renamed Registry.forget_detections"):
+        registry.reset()
+    registry.detect()
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize(

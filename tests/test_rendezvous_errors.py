@@ -13,10 +13,7 @@ import pytest
 import torch.distributed as dist
 
 import accelbackends
-from accelbackends import membership, network
-from accelbackends.errors import ConfigError, RendezvousError
-from accelbackends.registry import Registry
-from accelbackends.spec import ClusterInfo
+from accelbackends import ClusterInfo, ConfigError, Registry, RendezvousError, membership, network
 
 
 def _free_port() -> int:

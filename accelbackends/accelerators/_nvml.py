@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import config
-from ..errors import first_line
-from ..spec import Probe
+from ..plugin import Probe, config
+from ..plugin.errors import first_line
 
 __all__ = ["NVML", "Gpu", "NvmlReport", "query"]
 

@@ -6,8 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BindRequest, Detection, Probe
+from ..plugin import AcceleratorSpec, BindRequest, Detection, Probe, hookimpl
 
 #: Lowest of the built-ins: any real accelerator that is available wins over the CPU.
 PRIORITY = 0

@@ -13,15 +13,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
-from .._text import plural
-from ..errors import ConfigError, InitError
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
-from . import _sysfs
-from ._devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    ConfigError,
+    Detection,
+    InitError,
+    OptionsRequest,
+    Probe,
+    config,
+    gloo_or,
+    hookimpl,
+    sysfs,
+)
+from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin.packages import TorchBuild, torch_build
+from ..plugin.text import plural
 from ._nvml import Gpu, NvmlReport, query
-from ._packages import TorchBuild, torch_build
 
 __all__ = [
     "EAGER_INIT",
@@ -85,23 +94,23 @@ def _nvidia(probe: Probe) -> tuple[int, str, tuple[Gpu, ...] | None, str]:
         detail = ", ".join([*names, f"driver {report.driver}"] if report.driver else names)
         return len(report.gpus), f"via NVML ({detail})", report.gpus, ""
     nvml = "NVML lists none" if report.gpus is not None else report.error
-    listed = _sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    listed = sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
     if listed:
         return len(listed), "in /proc/driver/nvidia/gpus", None, nvml
-    nodes = _sysfs.listing(probe.path("/dev"), r"nvidia\d+")
+    nodes = sysfs.listing(probe.path("/dev"), r"nvidia\d+")
     if nodes:
         return len(nodes), "as /dev/nvidia* device nodes", None, nvml
     return 0, "", None, f"{nvml}; no /proc/driver/nvidia/gpus or /dev/nvidia*"
 
 
 def _amd(probe: Probe) -> tuple[int, str]:
-    if not _sysfs.exists(probe.path("/dev/kfd")):
+    if not sysfs.exists(probe.path("/dev/kfd")):
         return 0, "no /dev/kfd"
-    nodes = _sysfs.listing(probe.path("/sys/class/kfd/kfd/topology/nodes"), r"\d+")
+    nodes = sysfs.listing(probe.path("/sys/class/kfd/kfd/topology/nodes"), r"\d+")
     gpus = 0
     for node in nodes:
         # CPU nodes of the KFD topology have no SIMD units.
-        simd = _sysfs.read_keyed(node / "properties").get("simd_count", "0")
+        simd = sysfs.read_keyed(node / "properties").get("simd_count", "0")
         if simd.isdigit() and int(simd) > 0:
             gpus += 1
     if not gpus:
@@ -289,9 +298,8 @@ def nccl_options(request: OptionsRequest, torch_version: str) -> BackendOptions:
     )
 
 
+@gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
-    if request.backend == "gloo":
-        return BackendOptions("gloo", request.timeout)
     import torch
     import torch.distributed as dist
 

@@ -18,12 +18,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, InitError
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
-from . import _sysfs
-from ._devices import Visible, device_index, habana_visible
-from ._packages import Installed, installed
+from ..plugin import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    ConfigError,
+    Detection,
+    InitError,
+    OptionsRequest,
+    Probe,
+    gloo_or,
+    hookimpl,
+    sysfs,
+)
+from ..plugin.devices import Visible, device_index, habana_visible
+from ..plugin.packages import Installed, installed
+from ..plugin.torchcompat import backend_plugins
 
 __all__ = [
     "HABANA",
@@ -61,11 +71,11 @@ class Devices:
 def find_devices(probe: Probe) -> Devices:
     accel = [
         entry
-        for entry in _sysfs.listing(probe.path("/sys/class/accel"), r"accel\d+")
-        if (_sysfs.read(entry / "device" / "vendor") or "").lower() == HABANA_VENDOR
+        for entry in sysfs.listing(probe.path("/sys/class/accel"), r"accel\d+")
+        if (sysfs.read(entry / "device" / "vendor") or "").lower() == HABANA_VENDOR
     ]
     if accel:
-        opened = [e for e in accel if _sysfs.exists(probe.path(f"/dev/accel/{e.name}"))]
+        opened = [e for e in accel if sysfs.exists(probe.path(f"/dev/accel/{e.name}"))]
         if opened:
             return Devices(len(opened), f"in /sys/class/accel (vendor {HABANA_VENDOR})")
         return Devices(
@@ -73,7 +83,7 @@ def find_devices(probe: Probe) -> Devices:
             note=f"{len(accel)} in /sys/class/accel, but no /dev/accel/accel* node for them "
             "(not mounted into this container?)",
         )
-    legacy = _sysfs.listing(probe.path("/dev"), r"hl\d+")
+    legacy = sysfs.listing(probe.path("/dev"), r"hl\d+")
     if legacy:
         return Devices(len(legacy), "as /dev/hl* device nodes")
     return Devices(
@@ -205,9 +215,8 @@ def hccl_owner(plugins: Mapping[str, Any], capability: Mapping[str, Sequence[str
     )
 
 
+@gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
-    if request.backend == "gloo":
-        return BackendOptions("gloo", request.timeout)
     import torch.distributed as dist
 
     try:
@@ -217,7 +226,7 @@ def _backend_options(request: OptionsRequest) -> BackendOptions:
             "backend hccl needs habana_frameworks.torch.distributed.hccl, which cannot be "
             f"imported ({type(exc).__name__}: {exc}); check the {HABANA} installation"
         ) from exc
-    problem = hccl_owner(dist.Backend._plugins, dist.Backend.backend_capability)
+    problem = hccl_owner(backend_plugins(), dist.Backend.backend_capability)
     if problem:
         raise InitError(problem)
     # Gloo serves CPU tensors beside HCCL's HPU tensors.

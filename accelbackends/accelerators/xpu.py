@@ -15,13 +15,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
-from ..errors import ConfigError, InitError
-from ..hookspecs import hookimpl
-from ..spec import AcceleratorSpec, BackendOptions, BindRequest, Detection, OptionsRequest, Probe
-from . import _sysfs
-from ._devices import device_index, ze_visible
-from ._packages import Installed, TorchBuild, installed, torch_build
+from ..plugin import (
+    AcceleratorSpec,
+    BackendOptions,
+    BindRequest,
+    ConfigError,
+    Detection,
+    InitError,
+    OptionsRequest,
+    Probe,
+    config,
+    gloo_or,
+    hookimpl,
+    sysfs,
+)
+from ..plugin.devices import device_index, ze_visible
+from ..plugin.packages import Installed, TorchBuild, installed, torch_build
+from ..plugin.torchcompat import backend_plugins
 
 __all__ = [
     "INTEL_VENDOR",
@@ -65,15 +75,15 @@ class IntelGpu:
 def find_gpus(probe: Probe) -> list[IntelGpu]:
     """Intel render nodes in ``/sys/class/drm`` driven by ``xe`` or ``i915``."""
     gpus = []
-    for render in _sysfs.listing(probe.path("/sys/class/drm"), r"renderD\d+"):
+    for render in sysfs.listing(probe.path("/sys/class/drm"), r"renderD\d+"):
         device = render / "device"
-        if (_sysfs.read(device / "vendor") or "").lower() != INTEL_VENDOR:
+        if (sysfs.read(device / "vendor") or "").lower() != INTEL_VENDOR:
             continue
-        uevent = _sysfs.read_keyed(device / "uevent", "=")
-        driver = _sysfs.target_name(device / "driver") or uevent.get("DRIVER", "")
+        uevent = sysfs.read_keyed(device / "uevent", "=")
+        driver = sysfs.target_name(device / "driver") or uevent.get("DRIVER", "")
         if driver not in _DRIVERS:
             continue
-        slot = uevent.get("PCI_SLOT_NAME") or _sysfs.target_name(device) or ""
+        slot = uevent.get("PCI_SLOT_NAME") or sysfs.target_name(device) or ""
         gpus.append(IntelGpu(render.name, driver, slot))
     return gpus
 
@@ -194,9 +204,8 @@ def ccl_environment(request: OptionsRequest) -> dict[str, str]:
     return {key: value for key, value in wanted.items() if not request.env.get(key, "").strip()}
 
 
+@gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
-    if request.backend == "gloo":
-        return BackendOptions("gloo", request.timeout)
     import torch
     import torch.distributed as dist
 
@@ -223,7 +232,7 @@ def _backend_options(request: OptionsRequest) -> BackendOptions:
             f"backend ccl needs oneccl_bindings_for_pytorch, which cannot be imported "
             f"({type(exc).__name__}: {exc}); install {ONECCL} matching torch {torch.__version__}"
         ) from exc
-    if "CCL" not in dist.Backend._plugins:
+    if "CCL" not in backend_plugins():
         raise InitError(
             "oneccl_bindings_for_pytorch was imported but did not register the ccl backend "
             "with torch.distributed; its build may not match this torch"

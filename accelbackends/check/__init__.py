@@ -17,7 +17,8 @@ input. torch is imported inside functions only: the CLI imports this package to 
 parser, and ``accelbackends info`` must not pay for torch.
 
 Where things are: :mod:`.command` runs the command, :mod:`.options` holds its flags,
-:mod:`.rank` is one rank's run, :mod:`.session` the ranks' own traffic and agreement,
+:mod:`.rank` is one rank's run, :mod:`.session` the ranks' own traffic and agreement
+(:mod:`.agree` the maximum over the ranks that the session and the sweep both ask for),
 :mod:`.correctness` and :mod:`.sweep` steps 3 and 4, :mod:`.collectives` and :mod:`.bandwidth`
 what those steps check and measure, :mod:`.report` what the user reads.
 """

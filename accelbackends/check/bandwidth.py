@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .agree import max_over_ranks
 from .compat import gather_single, synchronize, torch_dtype
-from .session import max_over_ranks
 from .sizes import format_size
 
 if TYPE_CHECKING:
-    from ..lifecycle import Context
+    from ..plugin.types import Context
 
 __all__ = [
     "AUTO_MAX_ITERS",

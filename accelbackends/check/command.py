@@ -9,16 +9,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cli import EXIT_FAILED, EXIT_OK
-from ..errors import AccelBackendsError, ConfigError, SpawnError, first_line
+from ..plugin.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    AccelBackendsError,
+    ConfigError,
+    SpawnError,
+    first_line,
+)
+from ..plugin.text import plural, say
 from .options import Options, check_memory, parse_options
 from .rank import run_rank
 from .report import environment, error_report, plot, print_json, verdict
-from .text import plural, say
 
 if TYPE_CHECKING:
-    from ..selection import Selection
-    from ..spec import ClusterInfo
+    from ..plugin.types import ClusterInfo, Selection
 
 __all__ = ["run"]
 

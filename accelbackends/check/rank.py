@@ -5,14 +5,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..plugin.text import plural
+from .agree import max_over_ranks
 from .correctness import run_checks
-from .session import Session, control_group, max_over_ranks
+from .session import Session, control_group
 from .sweep import sweep
-from .text import plural
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..lifecycle import Context
+    from ..plugin.types import Context
     from .options import Options
 
 __all__ = ["run_rank"]

@@ -8,15 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._text import aligned
-from ..errors import SpawnError, first_line
+from ..plugin.errors import SpawnError, first_line
+from ..plugin.text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
 from .sizes import format_size
-from .text import plural, rank_list, say
 
 if TYPE_CHECKING:
-    from ..selection import Selection
+    from ..plugin.types import Selection
     from .results import Result
 
 __all__ = [

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from ..errors import AccelBackendsError, describe
+from ..plugin.errors import AccelBackendsError, describe
+from ..plugin.text import say
+from .agree import max_over_ranks
 from .results import Result, merge
-from .text import say
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..lifecycle import Context
+    from ..plugin.types import Context
     from .options import Options
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "Attempt",
     "Session",
     "control_group",
-    "max_over_ranks",
 ]
 
 _T = TypeVar("_T")
@@ -56,19 +56,6 @@ def control_group(ctx: Context, timeout: float) -> Any:
     if ctx.backend == "gloo" or not dist.is_gloo_available():
         return None
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=2 * timeout))
-
-
-def max_over_ranks(ctx: Context, control: Any, values: Sequence[float]) -> list[float]:
-    """The elementwise maximum of ``values`` over the ranks, through ``control``."""
-    import torch
-    import torch.distributed as dist
-
-    tensor = torch.tensor(list(values), dtype=torch.float64)
-    if control is None and ctx.device.type != "cpu":
-        # The default group may reach only the device; not every device backend has float64.
-        tensor = tensor.to(device=ctx.device, dtype=torch.float32)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=control)
-    return [float(v) for v in tensor.cpu().tolist()]
 
 
 def _is_unsupported(exc: Exception) -> bool:

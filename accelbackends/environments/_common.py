@@ -19,8 +19,7 @@ import re
 import zlib
 from collections.abc import Callable, Mapping
 
-from ..errors import ConfigError
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError
 
 __all__ = [
     "DEFAULT_PORT",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import product
 
-from ..errors import ConfigError
+from ..plugin import ConfigError
 
 __all__ = ["compress", "count", "expand", "first_host"]
 

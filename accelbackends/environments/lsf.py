@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from ._common import Reader, read_mpi_style
 
 _RANKFILE = "LSB_DJOB_RANKFILE"

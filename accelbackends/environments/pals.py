@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, hookimpl
 from ._common import Reader, read_int, read_mpi_style
 from .slurm import started_by_srun
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..hookspecs import hookimpl
-from ..spec import ClusterInfo
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from . import _hostlist
 from ._common import Reader, read_int
 

@@ -6,7 +6,8 @@
   ``oneccl_bindings_for_pytorch``, ``intel_extension_for_pytorch``, Ascend's ``torch_npu``, an
   XPU build of torch) with their package metadata, activated in child processes through
   ``PYTHONPATH``; they register their backend names over Gloo.
-- :func:`launch_ranks` and ``python -m accelbackends.testing.rank``: real multi-process runs.
+- :func:`launch_ranks` and ``python -m accelbackends.testing.rank_program``: real multi-process
+  runs.
 - :class:`InlinePlugin`, :func:`fake_accelerator`, :func:`install_distribution`: plugins built
   in a test, and installed for real (``*.dist-info`` with entry points).
 - :func:`launcher_env` and :func:`clean_environment`: the variables a launcher sets for one
@@ -20,9 +21,9 @@ Nothing here imports torch until a multi-process run starts.
 from __future__ import annotations
 
 from .cluster import LAUNCHERS, clean_environment, launcher_env
+from .launch import RankResult, launch_ranks
 from .nvml import FakeGpu
 from .plugins import InlinePlugin, fake_accelerator, install_distribution
-from .ranks import RankResult, launch_ranks
 from .stack import FakeStack
 from .tree import FakeTree
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .. import config
+from ..plugin import config
 
 __all__ = [
     "LAUNCHERS",

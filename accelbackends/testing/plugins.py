@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import hookspecs
-from ..spec import AcceleratorSpec, BindRequest, Detection, Probe
+from ..plugin import hookspecs
+from ..plugin.types import AcceleratorSpec, BindRequest, Detection, Probe
 
 __all__ = ["HOOKS", "InlinePlugin", "fake_accelerator", "install_distribution"]
 

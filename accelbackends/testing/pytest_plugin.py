@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pytest
 
-from .. import config
+from ..plugin import config
 from .cluster import clean_environment, launcher_env
 from .plugins import install_distribution
 from .stack import FakeStack
@@ -236,7 +236,7 @@ def accelbackends_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Di
 class RankReport:
     """One rank's exit status, output, and the report it printed.
 
-    ``report`` is what ``python -m accelbackends.testing.rank`` prints (rank, accelerator,
+    ``report`` is what ``python -m accelbackends.testing.rank_program`` prints (rank, accelerator,
     backend, process-group backend, device, the sums of its all-reduces, ...), or
     ``{"error": {"type": ..., "message": ...}}`` when the rank failed.
     """
@@ -258,8 +258,8 @@ class RankRunner:
     argv=None, timeout=120)``: start ``nprocs`` real ranks the way ``torchrun`` does and return
     a :class:`RankReport` per rank.
 
-    Every rank runs ``python -m accelbackends.testing.rank --root ROOT`` (or ``argv``), which
-    initialises through :func:`accelbackends.init`, all-reduces over the CPU backend and over
+    Every rank runs ``python -m accelbackends.testing.rank_program --root ROOT`` (or ``argv``),
+    which initialises through :func:`accelbackends.init`, all-reduces over the CPU backend and over
     the accelerator's own, and reports what it saw.
 
     - ``root``: the fake machine the ranks' probes look under (``accelbackends_tree`` by
@@ -269,7 +269,7 @@ class RankRunner:
       ranks start from the test process's environment without launcher or ``ACCELBACKENDS_*``
       variables.
     - ``pythonpath``: directories put on ``PYTHONPATH`` (e.g. from ``accelbackends_install``).
-    - ``argv``: the rank program, instead of ``python -m accelbackends.testing.rank``.
+    - ``argv``: the rank program, instead of ``python -m accelbackends.testing.rank_program``.
     - ``timeout``: seconds after which a rank still running is killed.
     """
 
@@ -287,8 +287,8 @@ class RankRunner:
         argv: Sequence[str] | None = None,
         timeout: float = 120.0,
     ) -> list[RankReport]:
-        from .rank import parse
-        from .ranks import launch_ranks
+        from .launch import launch_ranks
+        from .rank_program import parse
 
         root = self._tree.root if root is None else root
         base = clean_environment(os.environ)
@@ -304,7 +304,7 @@ class RankRunner:
         command = (
             list(argv)
             if argv is not None
-            else [sys.executable, "-m", "accelbackends.testing.rank", "--root", str(root)]
+            else [sys.executable, "-m", "accelbackends.testing.rank_program", "--root", str(root)]
         )
         results = launch_ranks(command, nprocs, env=base, timeout=timeout)
         return [

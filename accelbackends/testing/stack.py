@@ -4,7 +4,8 @@ metadata, in a directory that goes on ``PYTHONPATH``.
 A fake stack is activated through the environment only, never by patching accelbackends::
 
     stack = FakeStack(tmp_path / "stack").habana(devices=2)
-    subprocess.run([sys.executable, "-m", "accelbackends.testing.rank", "--root", tree.root],
+    program = "accelbackends.testing.rank_program"
+    subprocess.run([sys.executable, "-m", program, "--root", tree.root],
                    env=stack.env(), check=True)
 
 The fake packages register the same backend names as the real ones (``hccl``, ``ccl``, ``xccl``)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..spec import Probe
+from ..plugin.types import Probe
 
 __all__ = ["FakeTree"]
 

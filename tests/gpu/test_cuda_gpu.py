@@ -15,9 +15,9 @@ import torch
 
 from accelbackends import Registry
 from accelbackends.accelerators import _nvml
-from accelbackends.spec import Probe
+from accelbackends.plugin.types import Probe
 from accelbackends.testing import launch_ranks
-from accelbackends.testing.rank import parse
+from accelbackends.testing.rank_program import parse
 
 pytestmark = [
     pytest.mark.gpu,
@@ -40,7 +40,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def run(nprocs: int, **env: str) -> list[dict[str, Any]]:
-    argv = [sys.executable, "-m", "accelbackends.testing.rank", "--root", "/"]
+    argv = [sys.executable, "-m", "accelbackends.testing.rank_program", "--root", "/"]
     results = launch_ranks(argv, nprocs, env=_env(**env), timeout=300)
     return [parse(result.stdout) | {"stderr": result.stderr[-3000:]} for result in results]
 

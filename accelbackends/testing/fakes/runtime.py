@@ -24,6 +24,8 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
+from accelbackends.plugin.torchcompat import mark_xccl_available
+
 __all__ = [
     "HPU_DEVICES",
     "NPU_DEVICES",
@@ -80,7 +82,6 @@ def patch_torch(torch: ModuleType) -> None:
         xpu.set_device = set_device
         xpu.current_device = lambda: current[0]
     if os.environ.get(XCCL) == "1":
-        import torch.distributed.distributed_c10d as c10d
 
         class ProcessGroupXCCL:
             """Stands in for the compiled ``ProcessGroupXCCL``: same constructor, Gloo inside."""
@@ -94,8 +95,7 @@ def patch_torch(torch: ModuleType) -> None:
             def __new__(cls, store: Any, rank: int, size: int, options: Any) -> Any:
                 return gloo(store, rank, size, options._timeout)
 
-        c10d._XCCL_AVAILABLE = True
-        c10d.ProcessGroupXCCL = ProcessGroupXCCL
+        mark_xccl_available(ProcessGroupXCCL)
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -69,14 +69,16 @@ def test_more_local_ranks_than_visible_npus_names_both_numbers() -> None:
         device_index(2, 4, 2, (0, 1))
     assert str(error.value) == (
         "this node runs 4 local ranks but only 2 Ascend NPUs are visible "
-        "(ASCEND_RT_VISIBLE_DEVICES=0,1); start at most 2 ranks per node or make more NPUs "
-        "visible (HCCL needs an NPU per rank)"
+        "(ASCEND_RT_VISIBLE_DEVICES='0,1'); start at most 2 ranks per node or make more Ascend "
+        "NPUs visible; Ascend NPUs cannot be shared between processes"
     )
 
 
 def test_no_visible_npu_says_how_to_choose_another_accelerator() -> None:
-    with pytest.raises(accelbackends.ConfigError, match="no Ascend NPU is visible"):
+    with pytest.raises(accelbackends.ConfigError) as error:
         device_index(0, 1, 0, None)
+    assert str(error.value).startswith("no Ascend NPUs are visible to this process")
+    assert str(error.value).endswith("choose another accelerator with ACCELBACKENDS_ACCELERATOR")
 
 
 def _creator(module: str) -> Callable[..., Any]:

@@ -14,14 +14,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accelbackends.plugin.torchcompat import privateuse1_backend_name, register_device_module
 from accelbackends.testing.fakes.runtime import gloo
 
 from . import npu
 
-if torch._C._get_privateuse1_backend_name() != "npu":
+if privateuse1_backend_name() != "npu":
     torch.utils.rename_privateuse1_backend("npu")
 if not hasattr(torch, "npu"):
-    torch._register_device_module("npu", npu)
+    register_device_module("npu", npu)
 
 
 def _create_process_group_hccl(store: Any, rank: int, size: int, timeout: timedelta) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import accelbackends
+from accelbackends import plugin
 
 from .probe import detect
 from .runtime import backend_options, bind, confirm, hccl_owner
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 #: training accelerator, and Ascend, Gaudi and NVIDIA devices do not share a node in practice.
 PRIORITY = 250
 
-SPEC = accelbackends.AcceleratorSpec(
+SPEC = plugin.AcceleratorSpec(
     name="npu",
     device_type="npu",
     priority=PRIORITY,
@@ -46,6 +46,6 @@ SPEC = accelbackends.AcceleratorSpec(
 )
 
 
-@accelbackends.hookimpl
-def accelbackends_declare_accelerators() -> Sequence[accelbackends.AcceleratorSpec]:
+@plugin.hookimpl
+def accelbackends_declare_accelerators() -> Sequence[plugin.AcceleratorSpec]:
     return [SPEC]

@@ -13,13 +13,11 @@ The driver's install path is recorded in ``/etc/ascend_install.info``
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
 
-import accelbackends
+from accelbackends import plugin
+from accelbackends.plugin import packages, sysfs
 
 from .visible import VARIABLE, parse_visible
 
@@ -54,46 +52,25 @@ class Devices:
     missing: tuple[str, ...] = ()
 
 
-def find_devices(probe: accelbackends.Probe) -> Devices:
-    try:
-        names = [entry.name for entry in probe.path("/dev").iterdir()]
-    except OSError:
-        names = []
-    ids = sorted(int(m.group(1)) for name in names if (m := _NPU_NODE.fullmatch(name)))
-    missing = tuple(node for node in CONTROL_NODES if not _exists(probe.path(node)))
+def find_devices(probe: plugin.Probe) -> Devices:
+    nodes = sysfs.listing(probe.path("/dev"), _NPU_NODE.pattern)
+    ids = sorted(int(m.group(1)) for node in nodes if (m := _NPU_NODE.fullmatch(node.name)))
+    missing = tuple(node for node in CONTROL_NODES if not sysfs.exists(probe.path(node)))
     return Devices(tuple(ids), missing)
 
 
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except OSError:
-        return False
-
-
-def _keyed(path: Path) -> dict[str, str]:
-    """``key=value`` lines of a driver info file; empty where it cannot be read."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    pairs = (line.partition("=") for line in text.splitlines())
-    return {key.strip(): value.strip() for key, sep, value in pairs if sep and key.strip()}
-
-
-def driver_version(probe: accelbackends.Probe) -> str | None:
+def driver_version(probe: plugin.Probe) -> str | None:
     """The installed Ascend driver's release (``24.1.rc1``), or None where none is recorded."""
-    install = _keyed(probe.path(_INSTALL_INFO)).get("Driver_Install_Path_Param")
+    install = sysfs.read_keyed(probe.path(_INSTALL_INFO), "=").get("Driver_Install_Path_Param")
     base = install or _DEFAULT_INSTALL_PATH
-    return _keyed(probe.path(f"{base.rstrip('/')}/driver/version.info")).get("Version") or None
+    version_info = probe.path(f"{base.rstrip('/')}/driver/version.info")
+    return sysfs.read_keyed(version_info, "=").get("Version") or None
 
 
-def installed(name: str, probe: accelbackends.Probe) -> str | None:
+def installed(name: str, probe: plugin.Probe) -> str | None:
     """``name version`` of an installed distribution, from its metadata; None when absent."""
-    paths = list(sys.path if probe.packages is None else probe.packages)
-    for dist in metadata.distributions(name=name, path=paths):
-        return f"{dist.metadata['Name'] or name} {dist.version}"
-    return None
+    found = packages.installed(name, paths=probe.packages)
+    return None if found is None else str(found)
 
 
 def _plural(count: int) -> str:
@@ -106,7 +83,7 @@ def verdict(
     torch_npu: str | None,
     habana: str | None,
     env: Mapping[str, str],
-) -> accelbackends.Detection:
+) -> plugin.Detection:
     """The detection verdict from what the probe found, with a reason that says what to do."""
     driver_note = f"driver {driver}" if driver else "no driver version.info found"
     if not devices.ids:
@@ -118,10 +95,10 @@ def verdict(
             )
         if torch_npu:
             reason += f"; {torch_npu} is installed, but there is no NPU for it"
-        return accelbackends.Detection(False, 0, reason)
+        return plugin.Detection(False, 0, reason)
     found = f"{_plural(len(devices.ids))} as /dev/davinci* device nodes ({driver_note})"
     if devices.missing:
-        return accelbackends.Detection(
+        return plugin.Detection(
             False,
             0,
             f"{found}, but {', '.join(devices.missing)} "
@@ -130,7 +107,7 @@ def verdict(
             "container too",
         )
     if torch_npu is None:
-        return accelbackends.Detection(
+        return plugin.Detection(
             False,
             0,
             f"{found}, but torch_npu is not installed — install torch-npu, the release that "
@@ -144,12 +121,12 @@ def verdict(
         )
     try:
         visible = parse_visible(env)
-    except accelbackends.ConfigError as exc:
-        return accelbackends.Detection(
+    except plugin.ConfigError as exc:
+        return plugin.Detection(
             True, len(devices.ids), f"{reason}; but {exc} (init() will refuse it)"
         )
     if visible is None:
-        return accelbackends.Detection(True, len(devices.ids), reason)
+        return plugin.Detection(True, len(devices.ids), reason)
     shown = [i for i in visible if i < len(devices.ids)]
     reason += f"; {VARIABLE}={env[VARIABLE]!r} shows {len(shown)}"
     if len(shown) < len(visible):
@@ -157,10 +134,10 @@ def verdict(
             f" (IDs {', '.join(str(i) for i in visible if i >= len(devices.ids))} do not exist: "
             f"this node's NPUs are 0 to {len(devices.ids) - 1})"
         )
-    return accelbackends.Detection(bool(shown), len(shown), reason)
+    return plugin.Detection(bool(shown), len(shown), reason)
 
 
-def detect(probe: accelbackends.Probe) -> accelbackends.Detection:
+def detect(probe: plugin.Probe) -> plugin.Detection:
     """The fast probe of the ``npu`` accelerator (see the module's docstring)."""
     return verdict(
         find_devices(probe),

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import accelbackends
+from accelbackends import plugin
 
 from .visible import VARIABLE, device_index, parse_visible
 
@@ -46,13 +46,17 @@ def confirm() -> str | None:
     return None
 
 
-def bind(request: accelbackends.BindRequest) -> Any:
+def bind(request: plugin.BindRequest) -> Any:
     """``torch.npu.set_device`` with the local rank's NPU among the visible ones."""
     visible = parse_visible(request.env)
     torch = _import_torch_npu()
     # The runtime has applied ASCEND_RT_VISIBLE_DEVICES already: this counts the visible NPUs.
     index = device_index(
-        request.local_rank, request.local_world_size, int(torch.npu.device_count()), visible
+        request.local_rank,
+        request.local_world_size,
+        int(torch.npu.device_count()),
+        visible,
+        request.env,
     )
     torch.npu.set_device(index)
     return torch.device("npu", index)
@@ -65,13 +69,13 @@ def hccl_owner(plugins: Mapping[str, Any], capability: Mapping[str, Sequence[str
         backend name; the module that defined the creator tells who registered it.
     :param capability: ``torch.distributed.Backend.backend_capability``: devices by name.
     """
-    plugin = plugins.get("HCCL")
-    if plugin is None:
+    registered = plugins.get("HCCL")
+    if registered is None:
         return (
             "no backend named 'hccl' is registered although torch_npu was imported; "
             "reinstall torch-npu, or use ACCELBACKENDS_BACKEND=gloo"
         )
-    module = str(getattr(getattr(plugin, "creator_fn", None), "__module__", "") or "")
+    module = str(getattr(getattr(registered, "creator_fn", None), "__module__", "") or "")
     devices = list(capability.get("hccl", ()))
     if module.split(".")[0] == "torch_npu" and "npu" in devices:
         return None
@@ -91,23 +95,23 @@ def hccl_owner(plugins: Mapping[str, Any], capability: Mapping[str, Sequence[str
     )
 
 
-def backend_options(request: accelbackends.OptionsRequest) -> accelbackends.BackendOptions:
-    """``cpu:gloo,npu:hccl`` after checking that the ``hccl`` torch has is Ascend's."""
-    if request.backend == "gloo":
-        return accelbackends.BackendOptions("gloo", request.timeout)
+@plugin.gloo_or
+def backend_options(request: plugin.OptionsRequest) -> plugin.BackendOptions:
+    """``cpu:gloo,npu:hccl`` after checking that the ``hccl`` torch has is Ascend's (plain
+    options where Gloo is asked for)."""
     try:
         _import_torch_npu()
     except Exception as exc:
-        raise accelbackends.InitError(
+        raise plugin.InitError(
             f"backend hccl needs torch_npu, which cannot be imported ({type(exc).__name__}: "
             f"{exc}); check the torch-npu installation"
         ) from exc
     import torch.distributed as dist
 
     problem = hccl_owner(
-        getattr(dist.Backend, "_plugins", {}), getattr(dist.Backend, "backend_capability", {})
+        plugin.torchcompat.backend_plugins(), getattr(dist.Backend, "backend_capability", {})
     )
     if problem:
-        raise accelbackends.InitError(problem)
+        raise plugin.InitError(problem)
     # Gloo serves CPU tensors beside HCCL's NPU tensors.
-    return accelbackends.BackendOptions("cpu:gloo,npu:hccl", request.timeout)
+    return plugin.BackendOptions("cpu:gloo,npu:hccl", request.timeout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 
-import accelbackends
+from accelbackends import plugin
 
 from .policy import (
     FILE,
@@ -36,14 +36,14 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_Options = Generator[None, accelbackends.BackendOptions, accelbackends.BackendOptions]
+_Options = Generator[None, plugin.BackendOptions, plugin.BackendOptions]
 
 
-@accelbackends.hookimpl(wrapper=True)
+@plugin.hookimpl(wrapper=True)
 def accelbackends_backend_options(
-    accelerator: accelbackends.AcceleratorSpec,
-    options: accelbackends.BackendOptions,
-    cluster: accelbackends.ClusterInfo,
+    accelerator: plugin.AcceleratorSpec,
+    options: plugin.BackendOptions,
+    cluster: plugin.ClusterInfo,
 ) -> _Options:
     """The site's policy on top of whatever the other implementations returned."""
     result = yield
@@ -59,12 +59,12 @@ class SitePolicy:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
 
-    @accelbackends.hookimpl(wrapper=True)
+    @plugin.hookimpl(wrapper=True)
     def accelbackends_backend_options(
         self,
-        accelerator: accelbackends.AcceleratorSpec,
-        options: accelbackends.BackendOptions,
-        cluster: accelbackends.ClusterInfo,
+        accelerator: plugin.AcceleratorSpec,
+        options: plugin.BackendOptions,
+        cluster: plugin.ClusterInfo,
     ) -> _Options:
         result = yield
         return self.policy.apply(accelerator, result)

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-import accelbackends
+from accelbackends import plugin
 
 from .policy import FILE, VARIABLES, load_policy, policy_from_environment, policy_from_file
 
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             policy = load_policy(os.environ)
             origin = os.environ.get(FILE, "").strip() or "no file"
-    except accelbackends.ConfigError as exc:
+    except plugin.ConfigError as exc:
         print(f"accelbackends-sitepolicy: error: {exc}", file=sys.stderr)
         return 2
     print(f"site policy ({origin}):")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import accelbackends
+from accelbackends import plugin
 
 __all__ = [
     "FILE",
@@ -108,25 +108,25 @@ class Policy:
         return self.sources.get(setting, setting)
 
     def apply(
-        self, accelerator: accelbackends.AcceleratorSpec, options: accelbackends.BackendOptions
-    ) -> accelbackends.BackendOptions:
+        self, accelerator: plugin.AcceleratorSpec, options: plugin.BackendOptions
+    ) -> plugin.BackendOptions:
         """``options`` as this site wants them for ``accelerator``.
 
-        :raises accelbackends.ConfigError: The job would use a backend the site does not allow.
+        :raises plugin.ConfigError: The job would use a backend the site does not allow.
         """
         used = backends_in(options.backend)
         required = self.required_backend.get(accelerator.name)
         if required is not None:
             where = self.source(f"required_backend.{accelerator.name}")
             if required not in accelerator.backends:
-                raise accelbackends.ConfigError(
+                raise plugin.ConfigError(
                     f"site policy: the required backend {required!r} for accelerator "
                     f"{accelerator.name!r} ({where}) is not one of its backends; use one of "
                     f"{', '.join(accelerator.backends)}"
                 )
             actual = used.get(accelerator.device_type, used.get("", ""))
             if actual != required:
-                raise accelbackends.ConfigError(
+                raise plugin.ConfigError(
                     f"site policy: accelerator {accelerator.name!r} must use backend "
                     f"{required!r} on this site ({where}), but this job would use {actual!r} "
                     f"(process-group backend {options.backend!r}); unset ACCELBACKENDS_BACKEND "
@@ -181,10 +181,10 @@ class _Reader:
 
     def error(
         self, key: str, value: object, accepted: str, variable: str | None = None
-    ) -> accelbackends.ConfigError:
+    ) -> plugin.ConfigError:
         if variable is not None:
-            return accelbackends.ConfigError(f"{variable}={value!r} is not valid; use {accepted}")
-        return accelbackends.ConfigError(
+            return plugin.ConfigError(f"{variable}={value!r} is not valid; use {accepted}")
+        return plugin.ConfigError(
             f"site policy {self.origin}: {key} = {value!r} is not valid; use {accepted}"
         )
 
@@ -234,7 +234,7 @@ def policy_from_mapping(data: Mapping[str, object], origin: str) -> Policy:
     r = _Reader(origin)
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
-        raise accelbackends.ConfigError(
+        raise plugin.ConfigError(
             f"site policy {origin}: unknown key {unknown[0]!r}; accepted keys: {', '.join(KEYS)}"
         )
     min_timeout = nccl = gloo = None
@@ -263,7 +263,7 @@ def policy_from_mapping(data: Mapping[str, object], origin: str) -> Policy:
         if not isinstance(value, str):
             raise r.error(key, value, 'a string, e.g. "1"')
         if name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") and name.lower() in data:
-            raise accelbackends.ConfigError(
+            raise plugin.ConfigError(
                 f"site policy {origin}: {name} is given twice, as {name.lower()} and as "
                 f"{key}; keep one"
             )
@@ -283,18 +283,18 @@ def policy_from_file(path: str | Path, variable: str = FILE) -> Policy:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise accelbackends.ConfigError(
+        raise plugin.ConfigError(
             f"{variable}={str(path)!r}: no such file; point it at the site policy (TOML)"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise accelbackends.ConfigError(
+        raise plugin.ConfigError(
             f"{variable}={str(path)!r} cannot be read ({type(exc).__name__}: {exc}); point it "
             "at a readable site policy file (TOML, UTF-8)"
         ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise accelbackends.ConfigError(f"site policy {path} is not valid TOML: {exc}") from None
+        raise plugin.ConfigError(f"site policy {path} is not valid TOML: {exc}") from None
     return policy_from_mapping(data, str(path))
 
 
@@ -326,7 +326,7 @@ def policy_from_environment(env: Mapping[str, str], base: Policy | None = None) 
         for item in value.split(","):
             name, sep, backend = (part.strip() for part in item.partition("="))
             if not (sep and _NAME.fullmatch(name) and _NAME.fullmatch(backend)):
-                raise accelbackends.ConfigError(
+                raise plugin.ConfigError(
                     f"{REQUIRED_BACKEND}={value!r} is not valid: {item.strip()!r} is not an "
                     "accelerator=backend pair of lower-case names; use accelerator=backend "
                     "pairs, comma-separated, e.g. cuda=nccl,npu=hccl"

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from accelbackends.plugin.torchcompat import register_device_module
+
 from . import hpu
 
 if not hasattr(torch, "hpu"):
-    torch._register_device_module("hpu", hpu)
+    register_device_module("hpu", hpu)
 
 __all__ = ["hpu"]

@@ -4,7 +4,8 @@ Each vendor runtime reads a variable that restricts the devices a process sees
 (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``,
 ``HABANA_VISIBLE_MODULES``). The runtimes are lenient: CUDA stops reading at the first entry it
 does not understand and silently hides the rest. Here a malformed value is a
-:class:`~accelbackends.errors.ConfigError` naming the variable, the value and the accepted forms.
+:class:`~accelbackends.plugin.errors.ConfigError` naming the variable, the value and the
+accepted forms.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .. import config
-from ..errors import ConfigError
+from . import config
+from .errors import ConfigError
 
 __all__ = [
     "SHARE_DEVICES",
@@ -22,6 +23,7 @@ __all__ = [
     "cuda_visible",
     "device_index",
     "habana_visible",
+    "index_list",
     "rocm_visible",
     "ze_visible",
 ]
@@ -30,6 +32,7 @@ __all__ = [
 SHARE_DEVICES = config.SHARE_DEVICES
 
 _INDEX = re.compile(r"\d+")
+_ASCII_INDEX = re.compile(r"[0-9]+")
 _GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f][0-9A-Fa-f-]*")
 #: ``MIG-<uuid>`` (driver R470 and later) or ``MIG-GPU-<uuid>/<gpu instance>/<compute instance>``.
 _MIG = re.compile(r"MIG-(?:[0-9A-Fa-f][0-9A-Fa-f-]*|GPU-[0-9A-Fa-f-]+/\d+/\d+)")
@@ -160,6 +163,43 @@ def habana_visible(env: Mapping[str, str]) -> Visible:
         return Visible()
     items, _ = _split("HABANA_VISIBLE_MODULES", value, _HABANA_FORMS, _INDEX)
     return Visible("HABANA_VISIBLE_MODULES", value, items)
+
+
+def index_list(
+    env: Mapping[str, str],
+    variable: str,
+    forms: str,
+    *,
+    entry: str = "a device index",
+    ascending: bool = False,
+) -> tuple[int, ...] | None:
+    """The integer IDs ``variable`` lists, or None where it is unset or blank.
+
+    Stricter than :func:`cuda_visible`'s forms: no spaces, because a vendor runtime that stops
+    at the first entry it does not take (Ascend's) would silently drop the rest. With
+    ``ascending``, each ID must come after the one before it, as such runtimes read only IDs in
+    ascending order.
+
+    :param forms: The accepted forms, for messages (``"comma-separated NPU IDs ..."``).
+    :param entry: One item, for messages (``"an NPU ID"``).
+    """
+    value = env.get(variable)
+    if value is None or not value.strip():
+        return None
+    ids: list[int] = []
+    for item in value.split(","):
+        if not _ASCII_INDEX.fullmatch(item):
+            raise ConfigError(
+                f"{variable}={value!r} is not valid: {item!r} is not {entry} (the runtime "
+                f"would silently ignore it and everything after it); use {forms}"
+            )
+        if ascending and ids and int(item) <= ids[-1]:
+            raise ConfigError(
+                f"{variable}={value!r} is not valid: {item} does not come after {ids[-1]} (the "
+                f"runtime reads only IDs in ascending order); use {forms}"
+            )
+        ids.append(int(item))
+    return tuple(ids)
 
 
 def device_index(

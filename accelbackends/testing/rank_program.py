@@ -1,4 +1,4 @@
-"""A rank program for multi-process tests: ``python -m accelbackends.testing.rank``.
+"""A rank program for multi-process tests: ``python -m accelbackends.testing.rank_program``.
 
 It initialises through :func:`accelbackends.init` with a registry whose probes look under
 ``--root`` (a :class:`~accelbackends.testing.FakeTree`, or ``/`` on real hardware), runs an
@@ -19,6 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from ..plugin.torchcompat import process_group_backend
 
 __all__ = ["PREFIX", "main", "parse"]
 
@@ -56,7 +58,7 @@ def _device_all_reduce(device: Any, value: float) -> tuple[float | None, bool]:
         tensor = torch.tensor([value], device=device)
     except Exception:  # no such device here: a fake stack on a CPU-only torch
         try:
-            backend = dist.group.WORLD._get_backend(torch.device(device.type))
+            backend = process_group_backend(dist.group.WORLD, device)
         except RuntimeError:
             return None, False
         tensor = torch.tensor([value])
@@ -67,7 +69,7 @@ def _device_all_reduce(device: Any, value: float) -> tuple[float | None, bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m accelbackends.testing.rank")
+    parser = argparse.ArgumentParser(prog="python -m accelbackends.testing.rank_program")
     parser.add_argument("--root", default="/", help="filesystem root the probes look under")
     parser.add_argument(
         "--preimport",

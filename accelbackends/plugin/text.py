@@ -1,4 +1,7 @@
-"""Small text helpers shared by ``info``, ``check`` and the plugins' reasons."""
+"""Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
+
+Plugins use :func:`plural` in the reasons their probes give; the rest is how the commands print.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["aligned", "plural", "say"]
+__all__ = ["aligned", "plural", "rank_list", "say"]
 
 
 def say(line: str) -> None:
@@ -31,3 +34,8 @@ def aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
         (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
         for row in rows
     ]
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """``rank 1`` or ``ranks 0, 2``."""
+    return f"{plural(len(ranks), 'rank')} {', '.join(map(str, ranks))}"

@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
     "AccelBackendsError",
     "AccelBackendsWarning",
     "ConfigError",
@@ -22,6 +27,11 @@ __all__ = [
     "SpawnError",
 ]
 
+
+#: The command line's exit codes: success, a check or run that failed, bad input (argparse's
+#: own code for usage errors), and the shell's 128 + signal for Ctrl-C and SIGTERM. They live
+#: here, beside the errors they report, so that every command reads them from one place.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 #: The source location torch puts in its C++ errors, e.g. "[/__w/pytorch/.../pair.cc:537] ".
 _CPP_LOCATION = re.compile(r"\[[^\]\s]+\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*")

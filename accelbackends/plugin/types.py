@@ -23,9 +23,11 @@ __all__ = [
     "BindRequest",
     "Choice",
     "ClusterInfo",
+    "Context",
     "Detection",
     "OptionsRequest",
     "Probe",
+    "Selection",
 ]
 
 _ACCELERATOR_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -262,3 +264,55 @@ class Choice:
 
     accelerator: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen accelerator and backend, why, and every candidate's verdict."""
+
+    accelerator: str
+    backend: str
+    reason: str
+    backend_reason: str
+    candidates: tuple[AcceleratorStatus, ...]
+
+    @property
+    def status(self) -> AcceleratorStatus:
+        return next(c for c in self.candidates if c.name == self.accelerator)
+
+    @property
+    def spec(self) -> AcceleratorSpec:
+        return self.status.spec
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process stands in the initialised job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    device: Any
+    accelerator: str
+    backend: str
+    #: The exact string passed to ``init_process_group`` (e.g. ``cpu:gloo,cuda:nccl``).
+    process_group_backend: str
+    launcher: str
+    master_addr: str | None
+    master_port: int | None
+    timeout: float
+    rendezvous_timeout: float
+    seed: int | None
+    threads: int | None
+    reason: str
+    selection: Selection = field(repr=False, compare=False)
+    cluster: ClusterInfo = field(repr=False, compare=False)
+    #: Wall time of the :func:`init` call that made this context: detection to process group.
+    init_seconds: float = 0.0
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that reports."""
+        return self.rank == 0

@@ -6,7 +6,7 @@ entry point in the ``accelbackends`` group::
     [project.entry-points.accelbackends]
     myaccel = "myaccel_plugin"
 
-Declaring accelerators is data (:class:`~accelbackends.spec.AcceleratorSpec`): the core runs
+Declaring accelerators is data (:class:`~accelbackends.plugin.types.AcceleratorSpec`): the core runs
 their callables itself. The other hooks are policy and events. No hook may import torch or a
 vendor runtime at module level of the plugin; detection must stay cheap.
 """
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from .spec import AcceleratorSpec, AcceleratorStatus, BackendOptions, Choice, ClusterInfo
+from .types import AcceleratorSpec, AcceleratorStatus, BackendOptions, Choice, ClusterInfo
 
 if TYPE_CHECKING:
-    from .lifecycle import Context
+    from .types import Context
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -39,8 +39,8 @@ def accelbackends_declare_accelerators() -> Sequence[AcceleratorSpec]:
     specs, do not probe hardware here (the core calls each spec's ``detect`` later, guarded and
     cached).
 
-    :return: A sequence of :class:`~accelbackends.spec.AcceleratorSpec`. A plugin that returns
-        anything else, or declares a name another plugin already declared, is recorded as
+    :return: A sequence of :class:`~accelbackends.plugin.types.AcceleratorSpec`. A plugin that
+        returns anything else, or declares a name another plugin already declared, is recorded as
         failed and not used.
     """
     raise NotImplementedError  # pragma: no cover - specification only
@@ -52,12 +52,12 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
 
     Called when :func:`accelbackends.init` or ``accelbackends info`` needs the cluster
     environment. Return None when ``env`` does not look like your launcher; raise
-    :class:`~accelbackends.errors.ConfigError` naming the variable when it does but a value is
-    wrong. Third-party implementations are asked before the built-in ones; the built-in
+    :class:`~accelbackends.plugin.errors.ConfigError` naming the variable when it does but a
+    value is wrong. Third-party implementations are asked before the built-in ones; the built-in
     ``single`` environment (one process, no network) answers last.
 
     :param env: The process environment (injected in tests).
-    :return: A :class:`~accelbackends.spec.ClusterInfo`, or None.
+    :return: A :class:`~accelbackends.plugin.types.ClusterInfo`, or None.
 
     Stops at first non-None result.
     """
@@ -76,7 +76,7 @@ def accelbackends_select_accelerator(
 
     :param candidates: Every declared accelerator with its detection verdict, sorted by name.
     :param env: The process environment.
-    :return: A :class:`~accelbackends.spec.Choice` naming an *available* candidate and the
+    :return: A :class:`~accelbackends.plugin.types.Choice` naming an *available* candidate and the
         reason, or None to let the next implementation decide.
 
     Stops at first non-None result.
@@ -96,11 +96,11 @@ def accelbackends_backend_options(
     (``@hookimpl(wrapper=True)``), takes the result of ``yield`` and returns its adjusted copy
     (``dataclasses.replace(result, ...)``).
 
-    A :class:`~accelbackends.errors.ConfigError` raised here (say, a malformed policy file)
+    A :class:`~accelbackends.plugin.errors.ConfigError` raised here (say, a malformed policy file)
     reaches the user as bad input; any other exception becomes a
-    :class:`~accelbackends.errors.PluginError` naming the plugin.
+    :class:`~accelbackends.plugin.errors.PluginError` naming the plugin.
 
-    :return: A :class:`~accelbackends.spec.BackendOptions`, or None to leave it to the next.
+    :return: A :class:`~accelbackends.plugin.types.BackendOptions`, or None to leave it to the next.
 
     Stops at first non-None result.
     """

@@ -1,0 +1,240 @@
+"""The layering rule: no import cycle in the package, and the plugin layer is the bottom floor.
+
+Read from the source (AST), so imports under ``TYPE_CHECKING`` and inside functions count as
+much as the ones at the top of a module: a cycle hidden in a function is still a cycle a reader
+has to untangle. ``python tests/test_layers.py`` prints the same findings for a human.
+
+- No import cycle among the modules of ``accelbackends/``.
+- ``accelbackends/plugin/`` imports nothing else from accelbackends.
+- The built-in plugins (``accelerators/``, ``environments/``) and every package under
+  ``plugins/`` reach accelbackends only through ``accelbackends.plugin``: they are written
+  exactly like a third-party plugin.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "accelbackends"
+PLUGIN_LAYER = f"{PACKAGE}.plugin"
+#: Packages of the core whose modules must be written like a third-party plugin.
+PLUGIN_LIKE = (f"{PACKAGE}.accelerators", f"{PACKAGE}.environments")
+
+
+def _modules(source_root: Path, top: str) -> dict[str, Path]:
+    """Dotted module name → file, for every ``.py`` under ``source_root / top``."""
+    found = {}
+    for path in sorted((source_root / top).rglob("*.py")):
+        parts = path.relative_to(source_root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(path: Path, module: str) -> Iterator[tuple[str, list[str], int]]:
+    """(absolute module, names imported from it, line) for every import statement in ``path``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, [alias.name for alias in node.names], node.lineno
+
+
+def _resolve(target: str, names: list[str], known: Iterable[str]) -> set[str]:
+    """The known modules an import reaches: ``from p import m`` reaches submodule ``p.m``."""
+    known = set(known)
+    reached = {f"{target}.{name}" for name in names if f"{target}.{name}" in known}
+    if len(reached) < len(names) or not names:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target:
+            reached.add(target)
+    return reached
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the modules of the package it imports (anywhere in the file)."""
+    modules = _modules(ROOT, PACKAGE)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges: set[str] = set()
+        for target, names, _ in _imported(path, module):
+            if target == PACKAGE or target.startswith(PACKAGE + "."):
+                edges |= _resolve(target, names, modules)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _example_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One shortest cycle through the first module of ``component`` (for the message)."""
+    start = component[0]
+    members = set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for successor in sorted(graph[node] & members):
+            if successor == start:
+                return [*paths[node], start]
+            if successor not in paths:
+                paths[successor] = [*paths[node], successor]
+                queue.append(successor)
+    return component  # pragma: no cover - a component always has a cycle
+
+
+def cycle_report() -> list[str]:
+    graph = import_graph()
+    return [" -> ".join(_example_cycle(graph, c)) for c in cycles(graph)]
+
+
+def upward_imports() -> list[str]:
+    """Imports that break the floor rule, as ``file:line: module imports target``."""
+    found = []
+    sources: list[tuple[str, Path, str]] = [
+        (module, path, "core") for module, path in _modules(ROOT, PACKAGE).items()
+    ]
+    for src in sorted(ROOT.glob("plugins/*/src")):
+        for top in sorted(p.name for p in src.iterdir() if (p / "__init__.py").exists()):
+            sources += [(module, path, "plugin") for module, path in _modules(src, top).items()]
+    for module, path, kind in sources:
+        in_layer = module == PLUGIN_LAYER or module.startswith(PLUGIN_LAYER + ".")
+        plugin_like = kind == "plugin" or any(
+            module == p or module.startswith(p + ".") for p in PLUGIN_LIKE
+        )
+        if not (in_layer or plugin_like):
+            continue
+        for target, names, line in _imported(path, module):
+            if not (target == PACKAGE or target.startswith(PACKAGE + ".")):
+                continue
+            through_layer = target == PLUGIN_LAYER or target.startswith(PLUGIN_LAYER + ".")
+            if target == PACKAGE and names == ["plugin"]:
+                through_layer = True
+            same_package = kind == "core" and any(
+                module.startswith(p) and target.startswith(p) for p in PLUGIN_LIKE
+            )
+            if through_layer or same_package:
+                continue
+            where = path.relative_to(ROOT)
+            shown = f"{target} ({', '.join(names)})" if names else target
+            rule = "the plugin layer" if in_layer else "a plugin"
+            found.append(f"{where}:{line}: {rule} imports {shown}")
+    return found
+
+
+def test_no_module_of_the_package_is_part_of_an_import_cycle() -> None:
+    assert cycle_report() == []
+
+
+def test_plugin_layer_and_plugins_import_accelbackends_only_through_the_plugin_layer() -> None:
+    assert upward_imports() == []
+
+
+def test_the_plugin_layer_imports_neither_torch_nor_the_rest_of_accelbackends() -> None:
+    code = (
+        "import sys, accelbackends.plugin as p\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy') or "
+        "(m.startswith('accelbackends.') and m.split('.')[1] not in ('plugin', '_version')))\n"
+        "print(loaded, sorted(set(p.__all__) - set(dir(p))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[] []"
+
+
+def test_the_package_re_exports_the_plugin_layers_objects() -> None:
+    import accelbackends
+    from accelbackends import plugin
+
+    shared = set(accelbackends.__all__) & set(plugin.__all__)
+    assert {"hookimpl", "AcceleratorSpec", "Context", "Selection", "ConfigError"} <= shared
+    assert all(getattr(accelbackends, name) is getattr(plugin, name) for name in shared)
+
+
+def test_checker_finds_a_cycle_and_reports_it_in_order() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert _example_cycle(graph, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+
+
+def test_checker_resolves_relative_and_function_level_imports(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("def f():\n    from . import high\n")
+    (package / "high.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .low import f\n"
+    )
+    modules = _modules(tmp_path, "pkg")
+    edges = {
+        module: set().union(
+            *(_resolve(t, n, modules) for t, n, _ in _imported(path, module) if t.startswith("pkg"))
+        )
+        for module, path in modules.items()
+    }
+    assert edges["pkg.low"] == {"pkg.high"}
+    assert edges["pkg.high"] == {"pkg.low"}
+    assert cycles(edges) == [["pkg.high", "pkg.low"]]
+
+
+if __name__ == "__main__":
+    cycle_lines = cycle_report()
+    upward = upward_imports()
+    print(f"import cycles in {PACKAGE}/: {len(cycle_lines)}")
+    for line in cycle_lines:
+        print("  " + line)
+    print(f"imports that bypass {PLUGIN_LAYER}: {len(upward)}")
+    for line in upward:
+        print("  " + line)
+    sys.exit(1 if cycle_lines or upward else 0)
