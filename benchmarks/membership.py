@@ -31,18 +31,12 @@ from typing import Any
 
 from . import _ranks
 from ._common import Goal, add_common_arguments, report, say, summary, table, write_results
+from .init_overhead import _ranks_list
 
 JOIN, MEMBERSHIP = "join + barrier (before)", "membership (after)"
 SIDES = (JOIN, MEMBERSHIP)
 GOAL_SECONDS = 0.005
 GOAL_RANKS = 8
-
-
-def _ranks_list(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("give comma-separated rank counts >= 2, e.g. 2,8")
-    return values
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

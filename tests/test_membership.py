@@ -88,6 +88,20 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait()
 
 
+def _attacked_rank_zero(
+    config_home: Path, processes: list[subprocess.Popen[str]], intruder: str, *args: str
+) -> str:
+    """Start a job's rank 0 (its rank 1 never comes) and ``intruder`` against its port; the
+    rank must fail without running a collective. Returns its error line."""
+    port = _free_port()
+    victim = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(victim)
+    processes.append(_start(intruder, clean_environment(os.environ), str(port), *args))
+    code, out, err = _finish(victim)
+    assert code != 0 and "all_reduce calls" not in out
+    return _error_line(err)
+
+
 # --- the secret ------------------------------------------------------------------------------
 
 
@@ -177,17 +191,10 @@ def test_plain_torch_intruder_joining_an_env_job_is_refused_and_named(
     config_home: Path, processes: list[subprocess.Popen[str]], claim: list[str], named: str
 ) -> None:
     """Issue 17's attack: before, the victim ran 50 all_reduces with 50 wrong results, exit 0."""
-    port = _free_port()
-    victim = _start("victim.py", _rank_env(config_home, 0, port))
-    processes.append(victim)
-    intruder = _start("plain_torch.py", clean_environment(os.environ), str(port), *claim)
-    processes.append(intruder)
-    code, out, err = _finish(victim)
-    assert code != 0 and "all_reduce calls" not in out
-    message = _error_line(err)
+    message = _attacked_rank_zero(config_home, processes, "plain_torch.py", *claim)
     assert re.search(named, message), message
     assert "MASTER_PORT" in message and "connected to the store: 127.0.0.1:" in message
-    intruder_code, intruder_out, _ = _finish(intruder)
+    intruder_code, intruder_out, _ = _finish(processes[-1])
     assert intruder_code != 0 or "answered 0 all_reduce" in intruder_out
 
 
@@ -217,16 +224,8 @@ def test_intruder_against_the_cli_exits_1_with_one_line_naming_it(
 def test_stdlib_client_adding_to_joined_and_setting_complete_is_refused(
     config_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    port = _free_port()
-    victim = _start("victim.py", _rank_env(config_home, 0, port))
-    processes.append(victim)
-    client = _start(
-        "stdlib_client.py", clean_environment(os.environ), str(port), "accelbackends//1/"
-    )
-    processes.append(client)
-    code, out, err = _finish(victim)
-    assert code != 0 and "all_reduce calls" not in out
-    assert "not part of this job wrote the rendezvous key 'complete'" in _error_line(err)
+    message = _attacked_rank_zero(config_home, processes, "stdlib_client.py", "accelbackends//1/")
+    assert "not part of this job wrote the rendezvous key 'complete'" in message
 
 
 @pytest.mark.slow
