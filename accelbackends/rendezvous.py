@@ -219,6 +219,8 @@ def host_early(cluster: ClusterInfo, join_timeout: float) -> Any | None:
         or cluster.master_port is None
     ):
         return None
+    if cluster.master_addr not in _WILDCARDS:
+        _check_master_addr(cluster, join_timeout)
     return _server(cluster, timedelta(seconds=join_timeout))
 
 
@@ -270,7 +272,7 @@ def meet(
             RendezvousWarning,
             stacklevel=3,
         )
-    else:
+    elif server is None:  # host_early checked it before hosting
         _check_master_addr(cluster, join_timeout)
     timeout = timedelta(seconds=join_timeout)
     if server is not None:
