@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import time
 from datetime import timedelta
@@ -142,7 +143,9 @@ def main(args: argparse.Namespace) -> int:
                 f"{medians[JOIN] * 1e3:.2f} ms)",
                 f"<= +{GOAL_SECONDS * 1e3:.0f} ms",
                 paired <= GOAL_SECONDS if count == GOAL_RANKS else None,
-                detail="median of paired differences, slowest rank per round",
+                detail="median of paired differences, slowest rank per round; fastest rounds "
+                f"{min(times[MEMBERSHIP]) * 1e3:.2f} vs {min(times[JOIN]) * 1e3:.2f} ms; "
+                f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
             )
         )
         results[count] = {
