@@ -292,7 +292,8 @@ def _initialise(
                 rendezvous.admission,
                 cluster.rank,
                 cluster.world_size,
-                "cpu" if "gloo" in options.backend else device,
+                # CPU tensors wherever the process group has a CPU backend: no device work.
+                "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
                 join_s,
             )
         else:
