@@ -39,7 +39,7 @@ _KEY = "accelbackends"
 _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 #: How much longer than its own timeout a store connection may take before it counts as hung
 #: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
-_CONNECT_GRACE = 2.0
+_CONNECT_GRACE = 1.0
 #: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
 _CONFLICT_TIMEOUT = 2.0
 _PEERS_SHOWN = 8
@@ -140,8 +140,9 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
 
     def connect() -> None:
         try:
+            remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
             outcome["store"] = dist.TCPStore(
-                cluster.master_addr, cluster.master_port, cluster.world_size, False, timeout
+                cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
             )
         except Exception as exc:
             outcome["error"] = exc
@@ -154,6 +155,12 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     worker = threading.Thread(target=connect, name="accelbackends-store-connect", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()) + _CONNECT_GRACE)
+    if worker.is_alive() and not _answers_tcp(cluster.master_addr, cluster.master_port):
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
+            "address reachable from this node?"
+        )
     if worker.is_alive():
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
@@ -168,6 +175,15 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
             "and is the address reachable from this node?"
         ) from None
     return outcome["store"]
+
+
+def _answers_tcp(host: str | None, port: int | None) -> bool:
+    """Whether anything accepts a TCP connection at ``host:port`` right now."""
+    try:
+        socket.create_connection((host or "127.0.0.1", port or 0), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:
