@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from . import membership
+from . import affinity, membership
 from .plugin import config
 from .plugin.packages import installed
 from .plugin.text import aligned
@@ -77,6 +77,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             "sources": dict(cluster.sources),
         },
         "membership": membership.describe(registry.env),
+        "cpu_affinity": affinity.collect(registry, selection.status, cluster),
         "overrides": config.overrides(registry.env),
         "versions": {
             "python": platform.python_version(),
@@ -135,6 +136,7 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += aligned(rows, "  ")
     lines.append("")
+    lines += [*affinity.render(report["cpu_affinity"]), ""]
     plugins = report["plugins"]
     lines.append(
         "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from . import affinity
 from .membership import verify_group
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
@@ -65,7 +66,8 @@ _generation = 0
 
 
 def is_initialized() -> bool:
-    """True between a successful :func:`init` and :func:`destroy`."""
+    """True between a successful [`init`][accelbackends.init] and
+    [`destroy`][accelbackends.destroy]."""
     return _state is not None
 
 
@@ -99,27 +101,42 @@ def init(
     seed: int | None = None,
     seed_per_rank: bool = False,
     threads: int | None = None,
+    cpu_affinity: str | bool | None = None,
     cluster: ClusterInfo | None = None,
     registry: Registry | None = None,
 ) -> Context:
     """Detect, select, discover the cluster environment, bind the device and initialise
-    ``torch.distributed``; returns the :class:`Context`.
-
-    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
-    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
-    :param timeout: Collective timeout, seconds or a timedelta (``ACCELBACKENDS_TIMEOUT``;
-        default 1800 s).
-    :param rendezvous_timeout: How long to wait for every rank to join
-        (``ACCELBACKENDS_RENDEZVOUS_TIMEOUT``; default 300 s).
-    :param seed: Seed Python's ``random``, NumPy (if installed) and torch identically on every rank.
-    :param seed_per_rank: Add the rank to ``seed``, so each rank draws different numbers.
-    :param threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
-        ``OMP_NUM_THREADS`` is set).
-    :param cluster: Use this cluster description instead of recognising the launcher.
-    :param registry: Use this registry instead of the process's default.
+    `torch.distributed`.
 
     A second call with compatible arguments returns the same context; an incompatible one is a
-    :class:`~accelbackends.plugin.errors.ConfigError`. Call :func:`destroy` to start over.
+    [`ConfigError`][accelbackends.ConfigError]. Call [`destroy`][accelbackends.destroy] to start
+    over.
+
+    Args:
+        accelerator: Use this accelerator (overrides `ACCELBACKENDS_ACCELERATOR`).
+        backend: Use this backend (overrides `ACCELBACKENDS_BACKEND`).
+        timeout: Collective timeout, seconds or a timedelta (`ACCELBACKENDS_TIMEOUT`;
+            default 1800 s).
+        rendezvous_timeout: How long to wait for every rank to join
+            (`ACCELBACKENDS_RENDEZVOUS_TIMEOUT`; default 300 s).
+        seed: Seed Python's `random`, NumPy (if installed) and torch identically on every rank.
+        seed_per_rank: Add the rank to `seed`, so each rank draws different numbers.
+        threads: Intra-op threads for CPU work (default: cores divided by local ranks, unless
+            `OMP_NUM_THREADS` is set).
+        cpu_affinity: Pin this rank to CPUs near its device: `"numa"`, `"exclusive"`,
+            `"auto"`/True, or `"off"`/False (overrides `ACCELBACKENDS_CPU_AFFINITY`; default
+            off). See [CPU affinity](../affinity.md).
+        cluster: Use this cluster description instead of recognising the launcher.
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        Where this process stands in the job: rank, device, backend and why.
+
+    Raises:
+        SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
+        ConfigError: A malformed argument or variable, or a call incompatible with the first.
+        RendezvousError: The ranks did not all join within the rendezvous timeout.
+        InitError: torch could not initialise the chosen backend.
     """
     started = time.perf_counter()
     registry = registry or default_registry()
@@ -138,6 +155,7 @@ def init(
         _check_int("threads", threads, 1)
     if cluster is not None and not isinstance(cluster, ClusterInfo):
         raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
+    pin_mode = affinity.resolve_mode(cpu_affinity, env)
 
     if _state is not None:
         return _same_context(
@@ -148,6 +166,7 @@ def init(
             rendezvous_timeout=None if rendezvous_timeout is None else join_s,
             seed=seed,
             threads=threads,
+            cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
 
     cluster = cluster or registry.cluster_environment()
@@ -163,18 +182,20 @@ def init(
         )
     server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
     selection = select(accelerator, backend, registry=registry)
-    return _initialise(
-        registry,
-        selection,
-        cluster,
-        timeout_s,
-        join_s,
-        seed,
-        seed_per_rank,
-        threads,
-        started,
-        server,
-    )
+    with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
+        return _initialise(
+            registry,
+            selection,
+            cluster,
+            timeout_s,
+            join_s,
+            seed,
+            seed_per_rank,
+            threads,
+            started,
+            server,
+            (pin_mode, cpus),
+        )
 
 
 def _same_context(context: Context, **requested: Any) -> Context:
@@ -215,10 +236,12 @@ def _initialise(
     threads: int | None,
     started: float,
     server: Any | None,
+    pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
     global _state, _generation
     import torch.distributed as dist
 
+    cpu_affinity, cpus = pinned
     status, spec = selection.status, selection.spec
     if spec.confirm is not None:
         disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
@@ -228,7 +251,7 @@ def _initialise(
                 f"but torch disagrees: {disagreement}"
             )
     request = BindRequest(
-        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads
+        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads, cpus
     )
     device = _plugin_call(
         f"binding local rank {cluster.local_rank} to a {spec.name} device",
@@ -321,6 +344,8 @@ def _initialise(
             selection=selection,
             cluster=cluster,
             init_seconds=time.perf_counter() - started,
+            cpu_affinity=cpu_affinity,
+            cpus=cpus,
         )
         _state = _State(context, rendezvous)
         registry.post_init(context)
@@ -368,7 +393,8 @@ def _seed(value: int) -> None:
 
 
 def destroy() -> None:
-    """Tear down the process group made by :func:`init`; a no-op when there is none."""
+    """Tear down the process group made by [`init`][accelbackends.init]; a no-op when there is
+    none."""
     global _state
     if _state is None:
         return
@@ -383,8 +409,17 @@ def destroy() -> None:
 
 @contextlib.contextmanager
 def distributed(**kwargs: Any) -> Iterator[Context]:
-    """``with accelbackends.distributed() as ctx:``: :func:`init`, and :func:`destroy` always,
-    also when the body raises. Takes the same keyword arguments as :func:`init`."""
+    """Initialise for the duration of a `with` block: [`init`][accelbackends.init] on entry,
+    [`destroy`][accelbackends.destroy] always on exit, also when the body raises.
+
+    Takes the same keyword arguments as [`init`][accelbackends.init].
+
+    Example:
+        ```python
+        with accelbackends.distributed(seed=0) as ctx:
+            print(ctx.rank, ctx.device)
+        ```
+    """
     context = init(**kwargs)
     try:
         yield context

@@ -164,7 +164,7 @@ def _as_bytes(value: str | bytes | bytearray | memoryview) -> bytes:
 
 
 def connect(path: str, timeout: timedelta) -> Any:
-    """A client of the :class:`LocalStoreServer` at ``path``, usable wherever torch takes a Store.
+    """A client of the `LocalStoreServer` at ``path``, usable wherever torch takes a Store.
 
     Built on first use so that importing this module does not import torch. Keep a reference
     to the returned object for as long as torch uses it: a C++ wrapper such as ``PrefixStore``

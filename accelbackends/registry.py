@@ -1,10 +1,10 @@
 """The plugin registry: loading plugins, and the typed facade that is the only caller of hooks.
 
-Built-in plugins are registered by module path through the same path as third-party ones, which
-come from the ``accelbackends`` entry-point group one at a time: a plugin that fails to import,
-misspells a hook or declares nonsense is recorded as *failed*, warned about, and left out; the
-host keeps working. Tests build a fresh :class:`Registry` with an injected environment instead of
-touching a global.
+Built-in plugins are registered by module path through the same path as third-party ones, which come
+from the ``accelbackends`` entry-point group one at a time: a plugin that fails to import, misspells
+a hook or declares nonsense is recorded as *failed*, warned about, and left out; the host keeps
+working. Tests build a fresh [`Registry`][accelbackends.Registry] with an injected environment
+instead of touching a global.
 """
 
 from __future__ import annotations
@@ -71,7 +71,16 @@ Status = Literal["active", "blocked", "failed"]
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """A plugin as ``info`` lists it."""
+    """A plugin as `info` lists it.
+
+    Attributes:
+        name: The plugin's name (its entry point's name), as `ACCELBACKENDS_DISABLE` takes it.
+        distribution: The installed package that provides it.
+        version: That package's version.
+        status: `active`, `blocked` or `failed`.
+        error: Why it failed or was blocked; empty when active.
+        builtin: Whether it ships with accelbackends.
+    """
 
     name: str
     distribution: str
@@ -95,12 +104,13 @@ def _version() -> str:
 class Registry:
     """Plugins, their accelerators and the hooks, for one environment.
 
-    :param env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
-        (``os.environ`` itself by default, read live).
-    :param root: The filesystem root that detection probes look under (``/`` by default).
-    :param detect_timeout: Seconds a probe may take before it counts as unavailable.
-    :param plugins: Extra plugin objects to register after the built-ins, as (name, object); the
-        testing kit uses this to register a plugin inline.
+    Args:
+        env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
+            (``os.environ`` itself by default, read live).
+        root: The filesystem root that detection probes look under (``/`` by default).
+        detect_timeout: Seconds a probe may take before it counts as unavailable.
+        plugins: Extra plugin objects to register after the built-ins, as (name, object); the
+            testing kit uses this to register a plugin inline.
     """
 
     def __init__(
@@ -280,7 +290,7 @@ class Registry:
 
     def detect(self) -> tuple[AcceleratorStatus, ...]:
         """Every declared accelerator with its verdict, sorted by name; cached until
-        :meth:`forget_detections`."""
+        `forget_detections`."""
         self.pm  # noqa: B018
         if self._detections is None:
             pairs = [pair for _, pair in sorted(self._accelerators.items())]
@@ -292,13 +302,14 @@ class Registry:
         return self._detections
 
     def forget_detections(self) -> None:
-        """Forget detection results, so the next :meth:`detect` probes again (the plugins stay
-        loaded; :func:`accelbackends.reset` instead drops the process's whole registry)."""
+        """Forget detection results, so the next [`detect`][accelbackends.Registry.detect] probes
+        again (the plugins stay loaded; [`accelbackends.reset`][accelbackends.reset] instead drops
+        the process's whole registry)."""
         self._detections = None
 
     def reset(self) -> None:
-        """The old name of :meth:`forget_detections`, kept for callers written against it;
-        it warns because :func:`accelbackends.reset` does something else."""
+        """The old name of `forget_detections`, kept for callers written against it;
+        it warns because [`accelbackends.reset`][accelbackends.reset] does something else."""
         warnings.warn(
             "Registry.reset() is renamed Registry.forget_detections(); accelbackends.reset() "
             "is the one that drops the process's registry",

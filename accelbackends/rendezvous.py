@@ -249,7 +249,7 @@ def meet(
     env: Mapping[str, str] | None = None,
 ) -> Rendezvous:
     """Connect to (or host) the store, prove membership and wait until rank 0 has admitted all
-    ``world_size`` ranks. ``server`` is rank 0's store if :func:`host_early` already started it;
+    ``world_size`` ranks. ``server`` is rank 0's store if `host_early` already started it;
     ``env`` is where the job's secret is configured (``os.environ`` by default)."""
     import torch.distributed as dist
 

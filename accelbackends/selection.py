@@ -23,6 +23,12 @@ def detect(*, registry: Registry | None = None) -> tuple[AcceleratorStatus, ...]
 
     Cheap: runs each plugin's fast probe once per process (cached); never imports torch or a
     vendor runtime.
+
+    Args:
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        Every declared accelerator with its verdict, sorted by name.
     """
     return (registry or default_registry()).detect()
 
@@ -47,9 +53,16 @@ def select(
 ) -> Selection:
     """Choose the accelerator and backend, with a reason for the choice and every candidate.
 
-    :param accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
-    :param backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
-    :raises SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
+    Args:
+        accelerator: Use this accelerator (overrides ``ACCELBACKENDS_ACCELERATOR``).
+        backend: Use this backend (overrides ``ACCELBACKENDS_BACKEND``).
+        registry: Use this registry instead of the process's default.
+
+    Returns:
+        The chosen accelerator and backend, why, and every candidate's verdict.
+
+    Raises:
+        SelectionError: An unknown or unavailable accelerator, or an unsupported backend.
     """
     registry = registry or default_registry()
     candidates = registry.detect()

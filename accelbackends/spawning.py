@@ -2,13 +2,13 @@
 and tests.
 
 The parent serves the rendezvous store over a Unix socket in a private directory
-(:mod:`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
+(`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
 none of the DNS look-ups that make torch's TCP store stall now and then), and Gloo is kept on the
 loopback interface. Ranks are forked where that
 is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
 others are stopped at once and the parent raises
-:class:`~accelbackends.plugin.errors.SpawnError` naming the rank; no child outlives the call.
+[`SpawnError`][accelbackends.SpawnError] naming the rank; no child outlives the call.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from .affinity import resolve_mode
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
 from .plugin.errors import ConfigError, SpawnError
@@ -181,17 +182,22 @@ def spawn(
     start_method: str | None = None,
     **init_options: Any,
 ) -> list[Any]:
-    """Run ``fn(ctx, *args)`` in ``nprocs`` local ranks, each after :func:`accelbackends.init`.
+    """Run `fn(ctx, *args)` in `nprocs` local ranks, each after [`init`][accelbackends.init].
 
-    :param fn: Called on every rank with the :class:`~accelbackends.Context` and ``args``.
-    :param nprocs: How many ranks to start (>= 1).
-    :param args: Extra positional arguments for ``fn``.
-    :param start_method: ``fork`` (default where available and no device runtime was
-        initialised in this process), ``spawn`` or ``forkserver``.
-    :param init_options: Keyword arguments for :func:`accelbackends.init` (``accelerator=``,
-        ``backend=``, ``timeout=``, ``seed=``, and ``registry=`` with the fork start method).
-    :return: The return values of ``fn``, indexed by rank.
-    :raises SpawnError: A rank raised or died; names the rank and carries its message.
+    Args:
+        fn: Called on every rank with the [`Context`][accelbackends.Context] and ``args``.
+        nprocs: How many ranks to start (>= 1).
+        args: Extra positional arguments for ``fn``.
+        start_method: ``fork`` (default where available and no device runtime was
+            initialised in this process), ``spawn`` or ``forkserver``.
+        init_options: Keyword arguments for [`init`][accelbackends.init] (`accelerator=`,
+            `backend=`, `timeout=`, `seed=`, and `registry=` with the fork start method).
+
+    Returns:
+        The return values of ``fn``, indexed by rank.
+
+    Raises:
+        SpawnError: A rank raised or died; names the rank and carries its message.
     """
     if not callable(fn):
         raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")
@@ -207,13 +213,16 @@ def spawn(
             f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
             "a registry holds loaded plugin modules and cannot be pickled"
         )
-    # Select here, once: a bad accelerator or backend fails now, in this process, instead of in
-    # every rank; and forked ranks inherit the loaded plugins and the detection results.
+    # Select here, once: a bad accelerator, backend or CPU affinity fails now, in this process,
+    # instead of in every rank; and forked ranks inherit the loaded plugins and the detection
+    # results.
     select(
         init_options.get("accelerator"),
         init_options.get("backend"),
         registry=init_options.get("registry"),
     )
+    registry = init_options.get("registry")
+    resolve_mode(init_options.get("cpu_affinity"), registry.env if registry else os.environ)
     context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on

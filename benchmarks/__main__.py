@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "rendezvous-stalls": "benchmarks.rendezvous_stalls",
     "membership": "benchmarks.membership",
     "check-overhead": "benchmarks.check_overhead",
+    "cpu-affinity": "benchmarks.cpu_affinity",
 }
 
 #: Arguments ``all --quick`` gives a benchmark instead of ``--quick``.

@@ -25,6 +25,7 @@ def test_info_json_has_the_documented_keys(cli: Cli) -> None:
         "accelerators",
         "selected",
         "cluster",
+        "cpu_affinity",
         "overrides",
         "versions",
     }

@@ -36,7 +36,8 @@ def intra_op_threads(request: BindRequest) -> tuple[int | None, str]:
     The user's choice wins: ``init(threads=...)``, else ``OMP_NUM_THREADS``, except that
     torchrun sets ``OMP_NUM_THREADS=1`` for every worker of a multi-process node by default
     (torch/distributed/run.py), which would leave all but one core idle; under torchrun a value
-    of 1 is taken as that default, not as the user's.
+    of 1 is taken as that default, not as the user's. A rank pinned by CPU affinity uses as
+    many threads as it has CPUs.
     """
     if request.threads is not None:
         return request.threads, "threads= argument"
@@ -44,6 +45,8 @@ def intra_op_threads(request: BindRequest) -> tuple[int | None, str]:
     torchrun_default = request.cluster.launcher == "torchrun" and omp == "1"
     if omp and not torchrun_default:
         return None, "OMP_NUM_THREADS is set"
+    if request.cpus:
+        return len(request.cpus), f"{len(request.cpus)} CPUs pinned by CPU affinity"
     return threads_per_rank(request.local_world_size), (
         f"{available_cores()} cores / {request.local_world_size} local ranks"
     )

@@ -20,6 +20,7 @@ from ..plugin import (
     ConfigError,
     Detection,
     InitError,
+    Locality,
     OptionsRequest,
     Probe,
     config,
@@ -28,6 +29,7 @@ from ..plugin import (
     sysfs,
 )
 from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import TorchBuild, torch_build
 from ..plugin.text import plural
 from ._nvml import Gpu, NvmlReport, query
@@ -65,6 +67,7 @@ _DEVICE_ID_FROM = (2, 3)
 _ERROR_HANDLING_VARIABLES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 _ERROR_HANDLING_DEFAULT = "3"
 
+_AMD_VENDOR = "0x1002"
 _PCI_ADDRESS = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
 
 
@@ -228,6 +231,38 @@ def _detect(probe: Probe) -> Detection:
     return verdict(find_hardware(probe), torch_build(packages), probe.env)
 
 
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each GPU's PCI function in sysfs, in PCI order (NVML's order, and CUDA's with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or identical GPUs), then through the visible-devices
+    variable."""
+    build = torch_build(probe.packages)
+    try:
+        if build is not None and build.hip is not None:
+            cards = [
+                card / "device"
+                for card in sysfs.listing(probe.path("/sys/class/drm"), r"card\d+")
+                if (sysfs.read(card / "device" / "vendor") or "").lower() == _AMD_VENDOR
+            ]
+            return visible_localities([pci_locality(c) for c in cards], rocm_visible(probe.env))
+        visible = cuda_visible(probe.env)
+    except ConfigError:
+        return []  # init() refuses the variable; there is nothing to plan
+    # Fixed-width hex: plain string order is PCI order (a natural sort puts 1a before 17).
+    listed = sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    addresses = sorted(entry.name.lower() for entry in listed)
+    physical = [
+        pci_locality(probe.path(f"/sys/bus/pci/devices/{address}"), address)
+        for address in addresses
+    ]
+
+    def by_uuid(entry: str) -> int | None:
+        gpus = query(probe).gpus or ()
+        found = [i for i, gpu in enumerate(gpus) if gpu.uuid.startswith(entry)]
+        return found[0] if len(found) == 1 else None
+
+    return visible_localities(physical, visible, by_uuid)
+
+
 def _confirm() -> str | None:
     import torch
 
@@ -269,8 +304,8 @@ def _bind(request: BindRequest) -> Any:
 
 
 def eager_init(env: Mapping[str, str], torch_version: str) -> bool:
-    """Whether to pass ``device_id=`` (eager NCCL init): :data:`EAGER_INIT` if set, else on
-    from :data:`EAGER_INIT_SAFE_FROM`."""
+    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else on
+    from `EAGER_INIT_SAFE_FROM`."""
     release = TorchBuild(torch_version).release
     value = config.read_name(env, EAGER_INIT)
     if value is not None:
@@ -322,6 +357,7 @@ SPEC = AcceleratorSpec(
     backend_options=_backend_options,
     confirm=_confirm,
     description="NVIDIA (CUDA) and AMD (ROCm) GPUs with NCCL/RCCL",
+    locality=_locality,
 )
 
 

@@ -25,6 +25,7 @@ from ..plugin import (
     ConfigError,
     Detection,
     InitError,
+    Locality,
     OptionsRequest,
     Probe,
     gloo_or,
@@ -32,6 +33,7 @@ from ..plugin import (
     sysfs,
 )
 from ..plugin.devices import Visible, device_index, habana_visible
+from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import Installed, installed
 from ..plugin.torchcompat import backend_plugins
 
@@ -137,6 +139,22 @@ def _detect(probe: Probe) -> Detection:
     )
 
 
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each module's PCI function, indexed by module ID (local rank *i* takes module *i*, or
+    entry *i* of ``HABANA_VISIBLE_MODULES``)."""
+    by_module: dict[int, Locality | None] = {}
+    for entry in sysfs.listing(probe.path("/sys/class/accel"), r"accel\d+"):
+        device = entry / "device"
+        module = sysfs.read(device / "module_id") or ""
+        if (sysfs.read(device / "vendor") or "").lower() == HABANA_VENDOR and module.isdigit():
+            by_module[int(module)] = pci_locality(device, entry.name)
+    physical = [by_module.get(index) for index in range(max(by_module, default=-1) + 1)]
+    try:
+        return visible_localities(physical, habana_visible(probe.env))
+    except ConfigError:
+        return []
+
+
 def _confirm() -> str | None:
     # Importing loads the bridge but acquires no device (Habana's own hccl module sets
     # HLS_MODULE_ID after this import); availability is asked in bind, once the module is chosen.
@@ -195,8 +213,9 @@ def _bind(request: BindRequest) -> Any:
 def hccl_owner(plugins: Mapping[str, Any], capability: Mapping[str, Sequence[str]]) -> str | None:
     """Why the registered ``hccl`` backend is not Habana's, or None when it is.
 
-    :param plugins: ``torch.distributed.Backend._plugins`` (creator functions by upper-case name).
-    :param capability: ``torch.distributed.Backend.backend_capability`` (devices by name).
+    Args:
+        plugins: ``torch.distributed.Backend._plugins`` (creator functions by upper-case name).
+        capability: ``torch.distributed.Backend.backend_capability`` (devices by name).
     """
     plugin = plugins.get("HCCL")
     if plugin is None:
@@ -244,6 +263,7 @@ SPEC = AcceleratorSpec(
     backend_options=_backend_options,
     confirm=_confirm,
     description="Intel Gaudi (Habana) accelerators with HCCL",
+    locality=_locality,
 )
 
 

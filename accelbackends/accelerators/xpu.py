@@ -22,6 +22,7 @@ from ..plugin import (
     ConfigError,
     Detection,
     InitError,
+    Locality,
     OptionsRequest,
     Probe,
     config,
@@ -30,6 +31,7 @@ from ..plugin import (
     sysfs,
 )
 from ..plugin.devices import device_index, ze_visible
+from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import Installed, TorchBuild, installed, torch_build
 from ..plugin.torchcompat import backend_plugins
 
@@ -163,6 +165,19 @@ def _detect(probe: Probe) -> Detection:
     )
 
 
+def _locality(probe: Probe) -> list[Locality | None]:
+    """Each render node's PCI function, through ``ZE_AFFINITY_MASK`` (a sub-device sits where
+    its device does)."""
+    physical = [
+        pci_locality(probe.path(f"/sys/class/drm/{gpu.node}/device"), gpu.slot or gpu.node)
+        for gpu in find_gpus(probe)
+    ]
+    try:
+        return visible_localities(physical, ze_visible(probe.env))
+    except ConfigError:
+        return []
+
+
 def _confirm() -> str | None:
     import torch
 
@@ -255,6 +270,7 @@ def make_spec(packages: Sequence[str] | None = None) -> AcceleratorSpec:
         backend_options=_backend_options,
         confirm=_confirm,
         description="Intel GPUs with xccl (torch >= 2.8) or oneCCL",
+        locality=_locality,
     )
 
 

@@ -1,6 +1,6 @@
 """``accelbackends check``: prove that the ranks can talk over the chosen backend, and how fast.
 
-Standalone it starts ``--nproc`` local ranks through :func:`accelbackends.spawn`; under a launcher
+Standalone it starts ``--nproc`` local ranks through `accelbackends.spawn`; under a launcher
 (torchrun, SLURM, MPI, plain ``env://`` variables) it joins the ranks the launcher started. Either
 way every rank runs the same four steps and rank 0 reports them:
 
@@ -16,11 +16,11 @@ Exit 0 when every check passed (skips allowed), 1 when one failed or a rank died
 input. torch is imported inside functions only: the CLI imports this package to build its
 parser, and ``accelbackends info`` must not pay for torch.
 
-Where things are: :mod:`.command` runs the command, :mod:`.options` holds its flags,
-:mod:`.rank` is one rank's run, :mod:`.session` the ranks' own traffic and agreement
-(:mod:`.agree` the maximum over the ranks that the session and the sweep both ask for),
-:mod:`.correctness` and :mod:`.sweep` steps 3 and 4, :mod:`.collectives` and :mod:`.bandwidth`
-what those steps check and measure, :mod:`.report` what the user reads.
+Where things are: `command` runs the command, `options` holds its flags,
+`rank` is one rank's run, `session` the ranks' own traffic and agreement
+(`agree` the maximum over the ranks that the session and the sweep both ask for),
+`correctness` and `sweep` steps 3 and 4, `collectives` and `bandwidth`
+what those steps check and measure, `report` what the user reads.
 """
 
 from __future__ import annotations

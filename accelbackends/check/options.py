@@ -1,5 +1,5 @@
-"""The ``check`` flags: their definitions and defaults, and the validated :class:`Options` that
-every rank receives. Bad input is a :class:`~accelbackends.plugin.errors.ConfigError` (exit 2)."""
+"""The ``check`` flags: their definitions and defaults, and the validated `Options` that
+every rank receives. Bad input is a `ConfigError` (exit 2)."""
 
 from __future__ import annotations
 

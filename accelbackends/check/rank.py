@@ -49,6 +49,7 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         "backend": ctx.backend,
         "reason": ctx.reason,
         "launcher": ctx.launcher,
+        "cpu_affinity": ctx.cpu_affinity,
         "init_seconds": round(init_seconds, 4),
         "timeout": options.timeout,
         "checks": [c.as_json() for c in checks],

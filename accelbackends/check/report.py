@@ -84,7 +84,7 @@ def grid(checks: list[Check], merged: list[Result], world_size: int) -> Iterator
 
 
 def table_header() -> str:
-    """The bandwidth table's header; its rows are :func:`table_row`."""
+    """The bandwidth table's header; its rows are `table_row`."""
     return _TABLE.format(*_COLUMNS)
 
 

@@ -92,7 +92,7 @@ class Session:
 
     def attempt(self, call: Callable[[], _T], *, step: str, what: str) -> Attempt[_T]:
         """Run ``call`` under the watchdog as ``step``, then agree on its outcome (see
-        :meth:`agree`; ``what`` names it there)."""
+        `agree`; ``what`` names it there)."""
         began = time.monotonic()
         value: _T | None = None
         error = ""

@@ -22,7 +22,7 @@ variables are merely inherited. Launchers nest in practice like this:
    starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
    variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
    and these environments step aside for ``slurm``, which also knows the node list
-   (:func:`~accelbackends.environments.slurm.started_by_srun`). ``pals`` likewise steps aside
+   (`started_by_srun`). ``pals`` likewise steps aside
    for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
 7. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
    not one.

@@ -1,14 +1,14 @@
-"""What every environment plugin shares: strict integer readers and :class:`Reader`, which reads
+"""What every environment plugin shares: strict integer readers and `Reader`, which reads
 a launcher's variables, remembers which variable each field came from, and derives the
 rendezvous address the same way for every launcher.
 
-The rules that :class:`Reader` applies everywhere:
+The rules that `Reader` applies everywhere:
 
 - A ``MASTER_ADDR``/``MASTER_PORT`` the user set always wins over anything derived.
 - Without one, a launcher-specific derivation is used (Slurm's node list, LSF's rank file);
   when every rank runs on this node, ``127.0.0.1`` is enough; otherwise the error says to set
   ``MASTER_ADDR`` and how.
-- A derived port comes from the job's id (:func:`port_from_id`), so every rank of a job computes
+- A derived port comes from the job's id (`port_from_id`), so every rank of a job computes
   the same one and two jobs sharing a node almost never collide; with no job id it is 29500,
   torchrun's default.
 """
@@ -81,10 +81,10 @@ def _present(env: Mapping[str, str], name: str) -> bool:
 
 
 class Reader:
-    """Reads one launcher's variables into a :class:`ClusterInfo`, recording each field's source.
+    """Reads one launcher's variables into a `ClusterInfo`, recording each field's source.
 
     The recorded sources are what ``accelbackends info`` shows beside each field and what
-    :class:`ClusterInfo` names in its consistency errors (``SLURM_LOCALID=3 must be less than
+    `ClusterInfo` names in its consistency errors (``SLURM_LOCALID=3 must be less than
     SLURM_STEP_TASKS_PER_NODE[SLURM_NODEID]=2``).
     """
 
@@ -156,11 +156,12 @@ class Reader:
     ) -> tuple[str | None, int | None]:
         """Rank 0's address and port: the user's ``MASTER_ADDR``/``MASTER_PORT`` first.
 
-        :param derive_addr: Returns (address, how it was derived) where the launcher tells, or
-            None; called only when ``MASTER_ADDR`` is not set.
-        :param job_id: (job id, its variable) to derive the port from.
-        :param port_var: The launcher's own port variable, used when ``MASTER_PORT`` is not set.
-        :param hint: How to set ``MASTER_ADDR`` under this launcher, for the error.
+        Args:
+            derive_addr: Returns (address, how it was derived) where the launcher tells, or
+                None; called only when ``MASTER_ADDR`` is not set.
+            job_id: (job id, its variable) to derive the port from.
+            port_var: The launcher's own port variable, used when ``MASTER_PORT`` is not set.
+            hint: How to set ``MASTER_ADDR`` under this launcher, for the error.
         """
         if _present(self.env, "MASTER_ADDR"):
             addr: str | None = self.env["MASTER_ADDR"].strip()
@@ -234,7 +235,7 @@ def read_mpi_style(
     """The shape every MPI-style launcher shares: rank, world, local rank and size from
     variables (first present of each tuple); the node rank from a variable or, where the launcher
     gives none, ``rank // local world size`` (ranks packed node by node, the launchers' default
-    mapping); the rendezvous address as :meth:`Reader.rendezvous` derives it."""
+    mapping); the rendezvous address as `Reader.rendezvous` derives it."""
     r = reader
     rank_value = r.read("rank", *rank)
     world = r.read("world_size", *world_size, missing=missing_world)

@@ -3,8 +3,8 @@
 A hostlist is a comma-separated list of host patterns; a pattern is literal text with bracketed
 ranges in it. Every range keeps the zero padding of its lower bound (``[08-10]`` is ``08, 09,
 10``; ``[8-10]`` is ``8, 9, 10``), and several brackets in one pattern multiply out with the first
-bracket varying slowest, the order ``scontrol show hostnames`` prints. :func:`first_host` and
-:func:`count` work on the parsed patterns without expanding them, so a 10,000-node list costs
+bracket varying slowest, the order ``scontrol show hostnames`` prints. `first_host` and
+`count` work on the parsed patterns without expanding them, so a 10,000-node list costs
 nothing.
 """
 

@@ -3,7 +3,7 @@
 PALS sets ``PALS_RANKID``, ``PALS_NODEID``, ``PALS_LOCAL_RANKID``, ``PALS_LOCAL_SIZE`` and
 ``PALS_APID``; the world size comes from Cray PMI's ``PMI_SIZE``. ``srun --mpi=cray_shasta``
 sets ``PALS_RANKID`` too (the ``slurm`` environment answers there, see
-:func:`~accelbackends.environments.slurm.started_by_srun`), and where ``PMI_RANK`` differs from
+`started_by_srun`), and where ``PMI_RANK`` differs from
 ``PALS_RANKID`` an MPI launcher started by PALS (Hydra's proxies) started this process, and the
 ``mpich`` environment answers. PALS does not say where rank 0 runs: with more than one node, set
 ``MASTER_ADDR`` (under PBS, the first line of ``$PBS_NODEFILE``).

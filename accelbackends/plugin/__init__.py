@@ -2,28 +2,24 @@
 
 A plugin (built-in or third-party) imports accelbackends only through this package: the hook
 markers and specifications, the frozen values that cross the boundary, the errors, and the
-helpers every accelerator plugin needs (reading sysfs under a :class:`Probe` root,
+helpers every accelerator plugin needs (reading sysfs under a [`Probe`][accelbackends.Probe] root,
 installed-package and torch-build facts, visible-device variables and the local rank → device
 mapping, the Gloo option fallback, the ``ACCELBACKENDS_*`` variables, and the one module that
 touches torch's private attributes). It imports nothing else from accelbackends and never
 imports torch at import time.
 
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
-:mod:`~accelbackends.plugin.types`, :mod:`~accelbackends.plugin.errors`,
-:mod:`~accelbackends.plugin.hookspecs`, :mod:`~accelbackends.plugin.sysfs`,
-:mod:`~accelbackends.plugin.devices`, :mod:`~accelbackends.plugin.packages`,
-:mod:`~accelbackends.plugin.options`, :mod:`~accelbackends.plugin.config` (the
-``ACCELBACKENDS_*`` variables and their strict parsing) and :mod:`~accelbackends.plugin.text`
-are public: within a major version they are neither removed nor changed incompatibly (new
-optional fields and parameters may appear, with defaults). A removal is announced one minor
-release ahead with a ``DeprecationWarning``. Names starting with ``_`` are private.
-:mod:`~accelbackends.plugin.torchcompat` follows torch: its functions stay, but what they
-return is whatever the installed torch keeps there.
+`types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `options`, `config`
+(the ``ACCELBACKENDS_*`` variables and their strict parsing) and `text` are public: within a
+major version they are neither removed nor changed incompatibly (new optional fields and
+parameters may appear, with defaults). A removal is announced one minor release ahead with a
+``DeprecationWarning``. Names starting with ``_`` are private. `torchcompat` follows torch: its
+functions stay, but what they return is whatever the installed torch keeps there.
 """
 
 from __future__ import annotations
 
-from . import config, devices, options, packages, sysfs, text, torchcompat
+from . import config, devices, locality, options, packages, sysfs, text, torchcompat
 from .errors import (
     AccelBackendsError,
     AccelBackendsWarning,
@@ -47,6 +43,7 @@ from .types import (
     ClusterInfo,
     Context,
     Detection,
+    Locality,
     OptionsRequest,
     Probe,
     Selection,
@@ -65,6 +62,7 @@ __all__ = [
     "Context",
     "Detection",
     "InitError",
+    "Locality",
     "OptionsRequest",
     "PluginError",
     "PluginWarning",
@@ -79,6 +77,7 @@ __all__ = [
     "gloo_or",
     "hookimpl",
     "hookspec",
+    "locality",
     "options",
     "packages",
     "plain_options",

@@ -15,6 +15,7 @@ from .errors import ConfigError
 __all__ = [
     "ACCELERATOR",
     "BACKEND",
+    "CPU_AFFINITY",
     "DISABLE",
     "DISABLE_PLUGIN_AUTOLOAD",
     "EAGER_INIT",
@@ -48,6 +49,7 @@ SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
 SECRET = PREFIX + "SECRET"
+CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
 #: and a test checks this table against the reference docs.
@@ -63,6 +65,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
     SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
+    CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -4,7 +4,7 @@ Each vendor runtime reads a variable that restricts the devices a process sees
 (``CUDA_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``,
 ``HABANA_VISIBLE_MODULES``). The runtimes are lenient: CUDA stops reading at the first entry it
 does not understand and silently hides the rest. Here a malformed value is a
-:class:`~accelbackends.plugin.errors.ConfigError` naming the variable, the value and the
+[`ConfigError`][accelbackends.ConfigError] naming the variable, the value and the
 accepted forms.
 """
 
@@ -51,9 +51,13 @@ _HABANA_FORMS = "comma-separated module IDs (0,1,2,3)"
 class Visible:
     """What a visible-devices variable lets this process see.
 
-    ``variable`` is None where no variable restricts the devices. ``entries`` are the items as
-    written (``("0", "2")``, ``("GPU-8f3c…",)``); ``limit`` caps how many of them a runtime
-    uses (CUDA enumerates a single MIG device per process).
+    Attributes:
+        variable: The variable that restricts the devices (`CUDA_VISIBLE_DEVICES` ...), or None
+            where none does.
+        value: The variable's value, as set.
+        entries: The items as written (`("0", "2")`, `("GPU-8f3c…",)`).
+        limit: How many of the entries a runtime uses at most (CUDA enumerates a single MIG
+            device per process), or None for all of them.
     """
 
     variable: str | None = None
@@ -63,6 +67,7 @@ class Visible:
 
     @property
     def restricted(self) -> bool:
+        """Whether a variable restricts the devices."""
         return self.variable is not None
 
     def count(self, physical: int) -> int:
@@ -175,13 +180,14 @@ def index_list(
 ) -> tuple[int, ...] | None:
     """The integer IDs ``variable`` lists, or None where it is unset or blank.
 
-    Stricter than :func:`cuda_visible`'s forms: no spaces, because a vendor runtime that stops
+    Stricter than `cuda_visible`'s forms: no spaces, because a vendor runtime that stops
     at the first entry it does not take (Ascend's) would silently drop the rest. With
     ``ascending``, each ID must come after the one before it, as such runtimes read only IDs in
     ascending order.
 
-    :param forms: The accepted forms, for messages (``"comma-separated NPU IDs ..."``).
-    :param entry: One item, for messages (``"an NPU ID"``).
+    Args:
+        forms: The accepted forms, for messages (``"comma-separated NPU IDs ..."``).
+        entry: One item, for messages (``"an NPU ID"``).
     """
     value = env.get(variable)
     if value is None or not value.strip():
@@ -216,14 +222,15 @@ def device_index(
     """The index (among the visible devices) that ``local_rank`` binds to.
 
     Local rank *i* takes visible device *i*. More local ranks than visible devices is a
-    :class:`ConfigError` naming both numbers, unless :data:`SHARE_DEVICES` is set (then ranks
-    share devices round robin) or, with ``one_per_rank_ok``, the variable makes exactly one
-    device visible: launchers that give each rank its own device (``srun --gpus-per-task=1``,
+    [`ConfigError`][accelbackends.ConfigError] naming both numbers, unless `SHARE_DEVICES` is set
+    (then ranks share devices round robin) or, with ``one_per_rank_ok``, the variable makes exactly
+    one device visible: launchers that give each rank its own device (``srun --gpus-per-task=1``,
     ``ZE_AFFINITY_MASK=$LOCAL_RANK``) set it per process, so each rank takes that one.
 
-    :param what: The devices, plural, for messages (``"GPUs"``, ``"Gaudi modules"``).
-    :param shareable: False where a device belongs to one process only (a Gaudi module is
-        acquired exclusively), so :data:`SHARE_DEVICES` cannot help.
+    Args:
+        what: The devices, plural, for messages (``"GPUs"``, ``"Gaudi modules"``).
+        shareable: False where a device belongs to one process only (a Gaudi module is
+            acquired exclusively), so `SHARE_DEVICES` cannot help.
     """
     if count < 1:
         raise ConfigError(

@@ -74,7 +74,7 @@ class RendezvousError(InitError):
 
 
 class SpawnError(AccelBackendsError):
-    """A rank started by :func:`accelbackends.spawn` failed.
+    """A rank started by [`accelbackends.spawn`][accelbackends.spawn] failed.
 
     ``rank`` is the first rank that failed, ``traceback`` the text of its traceback (empty when
     the process died without reporting, e.g. killed by a signal).

@@ -1,13 +1,15 @@
 """The hooks a plugin may implement: the plugin author's reference.
 
-Mark implementations with :data:`accelbackends.hookimpl` and make them importable through an
-entry point in the ``accelbackends`` group::
+Mark implementations with `accelbackends.hookimpl` and make them importable through an
+entry point in the `accelbackends` group:
 
-    [project.entry-points.accelbackends]
-    myaccel = "myaccel_plugin"
+```toml
+[project.entry-points.accelbackends]
+myaccel = "myaccel_plugin"
+```
 
-Declaring accelerators is data (:class:`~accelbackends.plugin.types.AcceleratorSpec`): the core runs
-their callables itself. The other hooks are policy and events. No hook may import torch or a
+Declaring accelerators is data ([`AcceleratorSpec`][accelbackends.AcceleratorSpec]): the core
+runs their callables itself. The other hooks are policy and events. No hook may import torch or a
 vendor runtime at module level of the plugin; detection must stay cheap.
 """
 
@@ -27,7 +29,7 @@ __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
 PROJECT = "accelbackends"
 hookspec = pluggy.HookspecMarker(PROJECT)
-#: The marker for hook implementations: ``@accelbackends.hookimpl``.
+#: The marker for hook implementations: `@accelbackends.hookimpl`.
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
@@ -36,12 +38,13 @@ def accelbackends_declare_accelerators() -> Sequence[AcceleratorSpec]:
     """Declare the accelerators this plugin provides.
 
     Called once per plugin, right after the plugin is loaded. Must be cheap: build and return
-    specs, do not probe hardware here (the core calls each spec's ``detect`` later, guarded and
+    specs, do not probe hardware here (the core calls each spec's `detect` later, guarded and
     cached).
 
-    :return: A sequence of :class:`~accelbackends.plugin.types.AcceleratorSpec`. A plugin that
-        returns anything else, or declares a name another plugin already declared, is recorded as
-        failed and not used.
+    Returns:
+        A sequence of [`AcceleratorSpec`][accelbackends.AcceleratorSpec]. A plugin that returns
+            anything else, or declares a name another plugin already declared, is recorded as
+            failed and not used.
     """
     raise NotImplementedError  # pragma: no cover - specification only
 
@@ -50,16 +53,19 @@ def accelbackends_declare_accelerators() -> Sequence[AcceleratorSpec]:
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
     """Recognise the launcher that started this process.
 
-    Called when :func:`accelbackends.init` or ``accelbackends info`` needs the cluster
-    environment. Return None when ``env`` does not look like your launcher; raise
-    :class:`~accelbackends.plugin.errors.ConfigError` naming the variable when it does but a
-    value is wrong. Third-party implementations are asked before the built-in ones; the built-in
-    ``single`` environment (one process, no network) answers last.
-
-    :param env: The process environment (injected in tests).
-    :return: A :class:`~accelbackends.plugin.types.ClusterInfo`, or None.
+    Called when [`accelbackends.init`][accelbackends.init] or `accelbackends info` needs the
+    cluster environment. Return None when `env` does not look like your launcher; raise
+    [`ConfigError`][accelbackends.ConfigError] naming the variable when it does but a value is
+    wrong. Third-party implementations are asked before the built-in ones; the built-in
+    `single` environment (one process, no network) answers last.
 
     Stops at first non-None result.
+
+    Args:
+        env: The process environment (injected in tests).
+
+    Returns:
+        A [`ClusterInfo`][accelbackends.ClusterInfo], or None.
     """
     raise NotImplementedError  # pragma: no cover
 
@@ -70,16 +76,19 @@ def accelbackends_select_accelerator(
 ) -> Choice | None:
     """Override the automatic choice of accelerator.
 
-    Called by :func:`accelbackends.select` when neither an argument nor
-    ``ACCELBACKENDS_ACCELERATOR`` names the accelerator. The built-in default answers last: the
+    Called by [`accelbackends.select`][accelbackends.select] when neither an argument nor
+    `ACCELBACKENDS_ACCELERATOR` names the accelerator. The built-in default answers last: the
     highest priority among the available candidates, ties broken by name.
 
-    :param candidates: Every declared accelerator with its detection verdict, sorted by name.
-    :param env: The process environment.
-    :return: A :class:`~accelbackends.plugin.types.Choice` naming an *available* candidate and the
-        reason, or None to let the next implementation decide.
-
     Stops at first non-None result.
+
+    Args:
+        candidates: Every declared accelerator with its detection verdict, sorted by name.
+        env: The process environment.
+
+    Returns:
+        A [`Choice`][accelbackends.Choice] naming an *available* candidate and the reason, or
+            None to let the next implementation decide.
     """
     raise NotImplementedError  # pragma: no cover
 
@@ -88,21 +97,28 @@ def accelbackends_select_accelerator(
 def accelbackends_backend_options(
     accelerator: AcceleratorSpec, options: BackendOptions, cluster: ClusterInfo
 ) -> BackendOptions | None:
-    """Adjust what is passed to ``torch.distributed.init_process_group``.
+    """Adjust what is passed to `torch.distributed.init_process_group`.
 
-    Called by :func:`accelbackends.init` after the device is bound, with the options the
-    accelerator produced. The built-in default answers last with ``options`` unchanged. A
-    site-policy plugin that must have the last word implements this as a wrapper
-    (``@hookimpl(wrapper=True)``), takes the result of ``yield`` and returns its adjusted copy
-    (``dataclasses.replace(result, ...)``).
+    Called by [`accelbackends.init`][accelbackends.init] after the device is bound, with the
+    options the accelerator produced. The built-in default answers last with `options`
+    unchanged. A site-policy plugin that must have the last word implements this as a wrapper
+    (`@hookimpl(wrapper=True)`), takes the result of `yield` and returns its adjusted copy
+    (`dataclasses.replace(result, ...)`).
 
-    A :class:`~accelbackends.plugin.errors.ConfigError` raised here (say, a malformed policy file)
+    A [`ConfigError`][accelbackends.ConfigError] raised here (say, a malformed policy file)
     reaches the user as bad input; any other exception becomes a
-    :class:`~accelbackends.plugin.errors.PluginError` naming the plugin.
-
-    :return: A :class:`~accelbackends.plugin.types.BackendOptions`, or None to leave it to the next.
+    [`PluginError`][accelbackends.PluginError] naming the plugin.
 
     Stops at first non-None result.
+
+    Args:
+        accelerator: The selected accelerator's declaration.
+        options: The options so far: the accelerator's own, as adjusted by the implementations
+            called before this one.
+        cluster: The cluster description.
+
+    Returns:
+        A [`BackendOptions`][accelbackends.BackendOptions], or None to leave it to the next.
     """
     raise NotImplementedError  # pragma: no cover
 
@@ -111,9 +127,12 @@ def accelbackends_backend_options(
 def accelbackends_post_init(context: Context) -> None:
     """The process group is up.
 
-    Called on every rank at the end of a successful :func:`accelbackends.init`, with the
-    context it returns (not on the second, idempotent call). Use it for logging, metrics or
-    per-rank set-up. An exception here is reported naming the plugin, and ``init`` fails after
-    tearing the process group down.
+    Called on every rank at the end of a successful [`accelbackends.init`][accelbackends.init],
+    with the context it returns (not on the second, idempotent call). Use it for logging,
+    metrics or per-rank set-up. An exception here is reported naming the plugin, and `init`
+    fails after tearing the process group down.
+
+    Args:
+        context: What `init` returns: rank, device, backend and why.
     """
     raise NotImplementedError  # pragma: no cover

@@ -26,7 +26,12 @@ _ROCM_TAG = re.compile(r"^rocm(\d+(?:\.\d+)*)$")
 
 @dataclass(frozen=True)
 class Installed:
-    """An installed distribution, as its metadata names it."""
+    """An installed distribution, as its metadata names it.
+
+    Attributes:
+        name: The distribution's name (`torch`, `habana-torch-plugin` ...).
+        version: Its version.
+    """
 
     name: str
     version: str
@@ -39,10 +44,15 @@ class Installed:
 class TorchBuild:
     """What the installed torch wheel was built for.
 
-    ``cuda``, ``hip`` and ``xpu`` are the toolkit versions torch was built with (as
-    ``torch.version`` reports them), None where the build has no such support. ``known`` is
-    False when neither ``torch/version.py`` nor the version's local tag (``+cpu``, ``+cu126``,
-    ``+rocm6.2``, ``+xpu``) says which build this is; the deep check at init then decides.
+    Attributes:
+        version: torch's version, with its local tag (`2.13.0+cpu`).
+        cuda: The CUDA toolkit version torch was built with (as `torch.version.cuda` reports
+            it), or None for a build without CUDA.
+        hip: The ROCm (HIP) version, or None.
+        xpu: The XPU (SYCL) version, or None.
+        known: False when neither `torch/version.py` nor the version's local tag (`+cpu`,
+            `+cu126`, `+rocm6.2`, `+xpu`) says which build this is; the deep check at init
+            then decides.
     """
 
     version: str

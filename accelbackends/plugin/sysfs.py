@@ -1,6 +1,6 @@
 """Reading what the kernel exposes (sysfs, procfs, device nodes) without ever raising.
 
-Probes call these with paths under their :class:`~accelbackends.plugin.types.Probe` root, so a
+Probes call these with paths under their [`Probe`][accelbackends.Probe] root, so a
 test can point them at a fake tree; a missing or unreadable file is an answer ("not there"),
 not an error.
 """

@@ -1,6 +1,6 @@
 """Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
 
-Plugins use :func:`plural` in the reasons their probes give; the rest is how the commands print.
+Plugins use `plural` in the reasons their probes give; the rest is how the commands print.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The typed, frozen values that cross the plugin boundary.
 
-A plugin *declares* an accelerator as an :class:`AcceleratorSpec` and the core *runs* its
+A plugin *declares* an accelerator as an `AcceleratorSpec` and the core *runs* its
 callables, one accelerator at a time, guarded and attributed to the plugin. Nothing in this module
 imports torch: detection must stay cheap and side-effect free.
 """
@@ -8,7 +8,7 @@ imports torch: detection must stay cheap and side-effect free.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ __all__ = [
     "ClusterInfo",
     "Context",
     "Detection",
+    "Locality",
     "OptionsRequest",
     "Probe",
     "Selection",
@@ -37,9 +38,14 @@ _ACCELERATOR_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 class Probe:
     """What a fast probe may look at: a filesystem root and an environment.
 
-    Probes read files through :meth:`path` so that tests can point them at a fake tree.
-    ``packages`` are the directories where installed-package metadata is read (which torch
-    build, which vendor stack); None means ``sys.path``, as for an import.
+    Probes read files through [`path`][accelbackends.Probe.path] so that tests can point them at
+    a fake tree.
+
+    Attributes:
+        env: The process environment (injected in tests).
+        root: The filesystem root that files are read under (`/`, or a fake tree in tests).
+        packages: The directories where installed-package metadata is read (which torch build,
+            which vendor stack); None means `sys.path`, as for an import.
     """
 
     env: Mapping[str, str]
@@ -47,13 +53,20 @@ class Probe:
     packages: tuple[str, ...] | None = None
 
     def path(self, absolute: str) -> Path:
-        """``absolute`` (e.g. ``"/sys/class/drm"``) under this probe's root."""
+        """`absolute` (e.g. `"/sys/class/drm"`) under this probe's root."""
         return self.root / absolute.lstrip("/")
 
 
 @dataclass(frozen=True)
 class Detection:
-    """The verdict of a fast probe. ``reason`` is for a human and says *why*."""
+    """The verdict of a fast probe.
+
+    Attributes:
+        available: Whether the accelerator can be used on this machine.
+        device_count: How many devices of it this process can see (0 when unavailable).
+        reason: For a human: *why* it is available or not (`"2 GPUs visible"`,
+            `"no /dev/nvidia* device nodes"`).
+    """
 
     available: bool
     device_count: int = 0
@@ -75,15 +88,43 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Locality:
+    """Where a device sits: its NUMA node and the CPUs local to it, as the OS reports them.
+
+    Attributes:
+        numa_node: The device's NUMA node, or None where the OS does not say (it reads -1 on a
+            single-node machine).
+        cpus: The CPUs local to the device, or None where the OS does not say.
+        source: What was read, for `info` (`/sys/bus/pci/devices/0000:17:00.0`).
+    """
+
+    numa_node: int | None = None
+    cpus: frozenset[int] | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class ClusterInfo:
     """Where this process sits in the job, as a cluster environment recognised it.
 
-    ``sources`` maps each field name to the variable it came from (``"rank": "RANK"``); it is
-    shown by ``info`` and used to name variables in errors. ``store_hosted`` says that a
-    rendezvous store already runs at ``master_addr:master_port`` (torchrun's agent), so every
-    rank connects to it as a client. ``store_socket`` is the Unix socket of a store that
-    serves every rank of a single-host job instead (:func:`accelbackends.spawn` runs one): no
-    TCP, no name lookups, nothing reachable from the network.
+    Attributes:
+        launcher: The cluster environment that recognised the job (`"torchrun"`, `"slurm"`,
+            `"env"`, `"single"` ...).
+        rank: This process's rank in the job.
+        world_size: The number of ranks in the job.
+        local_rank: This process's rank on its node.
+        local_world_size: The number of ranks on this node.
+        node_rank: This node's index in the job.
+        master_addr: The host of the rendezvous store (rank 0's host), or None for one rank.
+        master_port: The TCP port of the rendezvous store, or None for one rank.
+        store_hosted: A rendezvous store already runs at `master_addr:master_port`
+            (torchrun's agent), so every rank connects to it as a client.
+        run_id: The job's identifier where the launcher gives one (used to derive a port).
+        sources: Each field name mapped to the variable it came from (`"rank": "RANK"`); shown
+            by `info` and used to name variables in errors.
+        store_socket: The Unix socket of a store that serves every rank of a single-host job
+            instead ([`spawn`][accelbackends.spawn] runs one): no TCP, no name lookups, nothing
+            reachable from the network.
     """
 
     launcher: str
@@ -100,6 +141,7 @@ class ClusterInfo:
     store_socket: str | None = None
 
     def source(self, field_name: str) -> str:
+        """The variable that `field_name` came from, or the field name where none is recorded."""
         return self.sources.get(field_name, field_name)
 
     def __post_init__(self) -> None:
@@ -137,19 +179,37 @@ class ClusterInfo:
 
 @dataclass(frozen=True)
 class BindRequest:
-    """What an accelerator's ``bind`` callable is given: which local rank to bind, and how."""
+    """What an accelerator's `bind` callable is given: which local rank to bind, and how.
+
+    Attributes:
+        local_rank: This process's rank on its node: the index of the device to bind.
+        local_world_size: The number of ranks on this node.
+        cluster: The whole cluster description.
+        env: The process environment.
+        threads: Intra-op threads the user asked for (`init(threads=...)`), or None for the
+            default.
+        cpus: The CPUs this process was pinned to by `ACCELBACKENDS_CPU_AFFINITY`, or None.
+    """
 
     local_rank: int
     local_world_size: int
     cluster: ClusterInfo
     env: Mapping[str, str]
-    #: Intra-op threads the user asked for (``init(threads=...)``), or None for the default.
     threads: int | None = None
+    cpus: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
 class OptionsRequest:
-    """What an accelerator's ``backend_options`` callable is given."""
+    """What an accelerator's `backend_options` callable is given.
+
+    Attributes:
+        backend: The selected backend (`"gloo"`, `"nccl"` ...).
+        device: The `torch.device` that `bind` returned.
+        timeout: The collective timeout.
+        cluster: The cluster description.
+        env: The process environment.
+    """
 
     backend: str
     device: Any
@@ -160,11 +220,17 @@ class OptionsRequest:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """Everything handed to ``torch.distributed.init_process_group``, decided before the call.
+    """Everything handed to `torch.distributed.init_process_group`, decided before the call.
 
-    ``backend`` is the explicit string passed to torch (``"gloo"``, ``"cpu:gloo,cuda:nccl"``):
-    never None, so torch's build-dependent default never decides. ``env_defaults`` are set in the
-    process environment before the call where the user has not set them.
+    Attributes:
+        backend: The explicit string passed to torch (`"gloo"`, `"cpu:gloo,cuda:nccl"`): never
+            None, so torch's build-dependent default never decides.
+        timeout: The collective timeout.
+        device_id: Passed as `init_process_group(device_id=...)` (NCCL's eager connection), or
+            None.
+        pg_options: The backend's options object (`pg_options=`), or None.
+        env_defaults: Variables set in the process environment before the call, where the user
+            has not set them.
     """
 
     backend: str
@@ -186,16 +252,29 @@ class BackendOptions:
 class AcceleratorSpec:
     """An accelerator, as a plugin declares it.
 
-    The core calls ``detect`` (cheap: no torch, no vendor runtime, never raises on purpose) for
-    every declared accelerator; ``confirm``, ``bind`` and ``backend_options`` only for the one
-    selected, inside :func:`accelbackends.init`.
+    The core calls `detect` (cheap: no torch, no vendor runtime, never raises on purpose) for
+    every declared accelerator; `confirm`, `bind` and `backend_options` only for the one
+    selected, inside [`init`][accelbackends.init].
 
-    - ``detect(probe) -> Detection``: the fast probe.
-    - ``confirm() -> str | None``: the deep check through torch just before binding; returns
-      None when torch agrees, or the reason it does not.
-    - ``bind(request) -> torch.device``: make this process use its device; returns the device.
-    - ``backend_options(request) -> BackendOptions``: what to pass to ``init_process_group``;
-      when None, the plain backend name and the timeout are used.
+    Attributes:
+        name: The accelerator's name (lower-case letters, digits and `_`, starting with a
+            letter), as `ACCELBACKENDS_ACCELERATOR` and `info` spell it.
+        device_type: torch's device type (`"cuda"`, `"xpu"`, `"cpu"` ...).
+        priority: Higher wins when several accelerators are available; ties are broken by name.
+        backends: The communication backends it supports; `ACCELBACKENDS_BACKEND` must name one.
+        default_backend: The backend used when none is requested; one of `backends`.
+        detect: `detect(probe) -> Detection`: the fast probe.
+        bind: `bind(request) -> torch.device`: make this process use its device; returns the
+            device.
+        backend_options: `backend_options(request) -> BackendOptions`: what to pass to
+            `init_process_group`; when None, the plain backend name and the timeout are used.
+        confirm: `confirm() -> str | None`: the deep check through torch just before binding;
+            returns None when torch agrees, or the reason it does not.
+        description: One line for humans, shown by `info`.
+        locality: `locality(probe) -> Sequence[Locality | None]`, optional and cheap like
+            `detect`: one entry per device the runtime will show, in its order (after the
+            visible-devices variable), None for a device whose locality is unknown. CPU affinity
+            (`ACCELBACKENDS_CPU_AFFINITY`) pins each local rank near its device from it.
     """
 
     name: str
@@ -208,6 +287,7 @@ class AcceleratorSpec:
     backend_options: Callable[[OptionsRequest], BackendOptions] | None = None
     confirm: Callable[[], str | None] | None = None
     description: str = ""
+    locality: Callable[[Probe], Sequence[Locality | None]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _ACCELERATOR_NAME.match(self.name):
@@ -233,7 +313,7 @@ class AcceleratorSpec:
         for attribute in ("detect", "bind"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable")
-        for attribute in ("backend_options", "confirm"):
+        for attribute in ("backend_options", "confirm", "locality"):
             value = getattr(self, attribute)
             if value is not None and not callable(value):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable or None")
@@ -241,7 +321,16 @@ class AcceleratorSpec:
 
 @dataclass(frozen=True)
 class AcceleratorStatus:
-    """A declared accelerator, who provides it, and its detection verdict."""
+    """A declared accelerator, who provides it, and its detection verdict.
+
+    Attributes:
+        spec: The accelerator as its plugin declared it.
+        plugin: The name of the plugin that declared it.
+        distribution: The installed package that provides the plugin (`"accelbackends"` for the
+            built-ins).
+        version: That package's version.
+        detection: The fast probe's verdict.
+    """
 
     spec: AcceleratorSpec
     plugin: str
@@ -251,16 +340,23 @@ class AcceleratorStatus:
 
     @property
     def name(self) -> str:
+        """The accelerator's name (`spec.name`)."""
         return self.spec.name
 
     @property
     def available(self) -> bool:
+        """Whether the fast probe found it usable (`detection.available`)."""
         return self.detection.available
 
 
 @dataclass(frozen=True)
 class Choice:
-    """An answer of the selection-override hook: the accelerator to use, and why."""
+    """An answer of the selection-override hook: the accelerator to use, and why.
+
+    Attributes:
+        accelerator: The name of an *available* candidate.
+        reason: Why, for a human; shown by `info` and in `Context.reason`.
+    """
 
     accelerator: str
     reason: str
@@ -268,7 +364,15 @@ class Choice:
 
 @dataclass(frozen=True)
 class Selection:
-    """The chosen accelerator and backend, why, and every candidate's verdict."""
+    """The chosen accelerator and backend, why, and every candidate's verdict.
+
+    Attributes:
+        accelerator: The chosen accelerator's name.
+        backend: The chosen communication backend.
+        reason: Why this accelerator (an argument, a variable, a plugin's policy, the priority).
+        backend_reason: Why this backend.
+        candidates: Every declared accelerator with its verdict, sorted by name.
+    """
 
     accelerator: str
     backend: str
@@ -278,16 +382,49 @@ class Selection:
 
     @property
     def status(self) -> AcceleratorStatus:
+        """The chosen accelerator's entry among the candidates."""
         return next(c for c in self.candidates if c.name == self.accelerator)
 
     @property
     def spec(self) -> AcceleratorSpec:
+        """The chosen accelerator's declaration."""
         return self.status.spec
 
 
 @dataclass(frozen=True)
 class Context:
-    """Where this process stands in the initialised job."""
+    """Where this process stands in the initialised job, returned by
+    [`init`][accelbackends.init] and given to the function that [`spawn`][accelbackends.spawn]
+    runs.
+
+    Attributes:
+        rank: This process's rank in the job (0 to `world_size - 1`).
+        world_size: The number of ranks in the job.
+        local_rank: This process's rank on its node.
+        local_world_size: The number of ranks on this node.
+        node_rank: This node's index in the job.
+        device: The `torch.device` this rank is bound to (`cuda:1`, `cpu` ...).
+        accelerator: The selected accelerator's name.
+        backend: The communication backend (`"gloo"`, `"nccl"` ...).
+        process_group_backend: The exact string passed to `init_process_group` (e.g.
+            `cpu:gloo,cuda:nccl`).
+        launcher: The cluster environment that recognised the job (`"torchrun"`, `"slurm"`,
+            `"spawn"`, `"single"` ...).
+        master_addr: The rendezvous host, or None where there is none (one rank, or a Unix
+            socket under [`spawn`][accelbackends.spawn]).
+        master_port: The rendezvous port, or None.
+        timeout: The collective timeout, in seconds.
+        rendezvous_timeout: How long the ranks waited at most for each other to join, in seconds.
+        seed: The `seed=` passed to `init` (before `seed_per_rank` adds the rank), or None.
+        threads: The `threads=` passed to `init`, or None when the default applied.
+        reason: Why this accelerator was chosen.
+        selection: The full selection, with every candidate's verdict.
+        cluster: The cluster description, with the variable each field came from.
+        init_seconds: Wall time of the [`init`][accelbackends.init] call that made this
+            context: detection to process group.
+        cpu_affinity: The CPU affinity mode (`off`, `numa`, `exclusive`, `auto`).
+        cpus: The CPUs this rank was pinned to, or None when it was not pinned.
+    """
 
     rank: int
     world_size: int
@@ -297,7 +434,6 @@ class Context:
     device: Any
     accelerator: str
     backend: str
-    #: The exact string passed to ``init_process_group`` (e.g. ``cpu:gloo,cuda:nccl``).
     process_group_backend: str
     launcher: str
     master_addr: str | None
@@ -309,8 +445,9 @@ class Context:
     reason: str
     selection: Selection = field(repr=False, compare=False)
     cluster: ClusterInfo = field(repr=False, compare=False)
-    #: Wall time of the :func:`init` call that made this context: detection to process group.
     init_seconds: float = 0.0
+    cpu_affinity: str = "off"
+    cpus: frozenset[int] | None = None
 
     @property
     def is_main(self) -> bool:

@@ -1,18 +1,18 @@
 """Testing kit for accelerator plugins: drive the real plugin code without the hardware.
 
-- :class:`FakeTree`: a fake machine (sysfs, procfs, ``/dev``) for probes and registries.
-- :mod:`accelbackends.testing.nvml`: a fake NVML, selected with ``ACCELBACKENDS_NVML``.
-- :class:`FakeStack`: fake vendor packages (``habana_frameworks``,
+- `FakeTree`: a fake machine (sysfs, procfs, ``/dev``) for probes and registries.
+- `accelbackends.testing.nvml`: a fake NVML, selected with ``ACCELBACKENDS_NVML``.
+- `FakeStack`: fake vendor packages (``habana_frameworks``,
   ``oneccl_bindings_for_pytorch``, ``intel_extension_for_pytorch``, Ascend's ``torch_npu``, an
   XPU build of torch) with their package metadata, activated in child processes through
   ``PYTHONPATH``; they register their backend names over Gloo.
-- :func:`launch_ranks` and ``python -m accelbackends.testing.rank_program``: real multi-process
+- `launch_ranks` and ``python -m accelbackends.testing.rank_program``: real multi-process
   runs.
-- :class:`InlinePlugin`, :func:`fake_accelerator`, :func:`install_distribution`: plugins built
+- `InlinePlugin`, `fake_accelerator`, `install_distribution`: plugins built
   in a test, and installed for real (``*.dist-info`` with entry points).
-- :func:`launcher_env` and :func:`clean_environment`: the variables a launcher sets for one
+- `launcher_env` and `clean_environment`: the variables a launcher sets for one
   rank, and an environment without any.
-- :mod:`accelbackends.testing.pytest_plugin`: all of the above as pytest fixtures, loaded by
+- `accelbackends.testing.pytest_plugin`: all of the above as pytest fixtures, loaded by
   pytest through the ``pytest11`` entry point (not imported here: no pytest needed).
 
 Nothing here imports torch until a multi-process run starts.

@@ -1,13 +1,15 @@
 """Fake launchers: the environment variables a launcher gives one rank, for ``Registry(env=...)``.
 
 A test of cluster-aware code needs the variables ``torchrun``, ``srun`` or ``mpirun`` would set,
-for one rank of a job of a given shape, without running the launcher::
+for one rank of a job of a given shape, without running the launcher:
 
-    env = launcher_env("slurm", rank=5, world_size=8, local_world_size=4)
-    cluster = accelbackends.Registry(env=env).cluster_environment()
-    assert (cluster.launcher, cluster.node_rank, cluster.local_rank) == ("slurm", 1, 1)
+```python
+env = launcher_env("slurm", rank=5, world_size=8, local_world_size=4)
+cluster = accelbackends.Registry(env=env).cluster_environment()
+assert (cluster.launcher, cluster.node_rank, cluster.local_rank) == ("slurm", 1, 1)
+```
 
-:func:`clean_environment` removes such variables (and every ``ACCELBACKENDS_*`` one) from a
+`clean_environment` removes such variables (and every ``ACCELBACKENDS_*`` one) from a
 mapping, so that a test does not see the shell it was started from.
 """
 
@@ -175,7 +177,7 @@ _LAUNCHERS: dict[str, Callable[[_Job], dict[str, str]]] = {
     "openmpi": _openmpi,
     "mpich": _mpich,
 }
-#: The launchers :func:`launcher_env` can imitate.
+#: The launchers `launcher_env` can imitate.
 LAUNCHERS: tuple[str, ...] = tuple(_LAUNCHERS)
 
 
@@ -194,12 +196,13 @@ def launcher_env(
     Ranks are packed node by node, ``local_world_size`` per node (all on one node by default),
     as every launcher does by default: local rank and node rank follow from ``rank``.
 
-    :param launcher: One of :data:`LAUNCHERS`: ``torchrun``, ``env`` (plain ``env://``
-        variables), ``slurm`` (a task ``srun`` started), ``openmpi`` or ``mpich`` (Hydra).
-    :param master_addr: Set ``MASTER_ADDR``/``MASTER_PORT`` as a user would; None leaves them
-        out, so the launcher's own derivation is exercised (``torchrun`` always sets them).
-    :param master_port: The port with ``master_addr``; 29500 by default.
-    :param job_id: The job's id where the launcher has one (``SLURM_JOB_ID``, ...).
+    Args:
+        launcher: One of `LAUNCHERS`: ``torchrun``, ``env`` (plain ``env://``
+            variables), ``slurm`` (a task ``srun`` started), ``openmpi`` or ``mpich`` (Hydra).
+        master_addr: Set ``MASTER_ADDR``/``MASTER_PORT`` as a user would; None leaves them
+            out, so the launcher's own derivation is exercised (``torchrun`` always sets them).
+        master_port: The port with ``master_addr``; 29500 by default.
+        job_id: The job's id where the launcher has one (``SLURM_JOB_ID``, ...).
     """
     make = _LAUNCHERS.get(launcher)
     if make is None:

@@ -21,7 +21,14 @@ __all__ = ["RankResult", "launch_ranks"]
 
 @dataclass(frozen=True)
 class RankResult:
-    """One rank's exit status and output."""
+    """One rank's exit status and output.
+
+    Attributes:
+        rank: The rank.
+        returncode: Its exit status (negative: killed by that signal).
+        stdout: What it printed on stdout.
+        stderr: What it printed on stderr.
+    """
 
     rank: int
     returncode: int

@@ -1,11 +1,13 @@
 """A fake NVML with the functions of NVIDIA's ``pynvml`` that the CUDA probe calls.
 
 Select it with ``ACCELBACKENDS_NVML=accelbackends.testing.nvml``; the probe then asks it
-instead of the real NVML, whatever its root. Say which GPUs it lists with :func:`configure` in
-this process, or with the ``FAKESTACK_NVML`` variable (from :func:`environment`) in a child::
+instead of the real NVML, whatever its root. Say which GPUs it lists with `configure` in
+this process, or with the ``FAKESTACK_NVML`` variable (from `environment`) in a child:
 
-    nvml.configure([nvml.FakeGpu(uuid="GPU-1111")], driver="550.54.15")
-    probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
+```python
+nvml.configure([nvml.FakeGpu(uuid="GPU-1111")], driver="550.54.15")
+probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
+```
 
 Handles are plain values: an int for a GPU, ``(gpu, slot)`` for a MIG device.
 """
@@ -46,7 +48,13 @@ ENV = "FAKESTACK_NVML"
 
 @dataclass(frozen=True)
 class FakeGpu:
-    """A GPU the fake NVML lists; ``mig`` are the UUIDs of its MIG devices (MIG on if any)."""
+    """A GPU the fake NVML lists.
+
+    Attributes:
+        uuid: Its UUID, as `nvmlDeviceGetUUID` returns it.
+        name: Its product name.
+        mig: The UUIDs of its MIG devices; MIG is on when there is any.
+    """
 
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     name: str = "NVIDIA H100 80GB HBM3"
@@ -77,7 +85,7 @@ def configure(
 
 
 def reset() -> None:
-    """Forget :func:`configure`; the configuration comes from ``FAKESTACK_NVML`` again."""
+    """Forget `configure`; the configuration comes from ``FAKESTACK_NVML`` again."""
     global _configured
     _configured = None
 

@@ -2,11 +2,13 @@
 
 A plugin under test does not have to be installed to be tested: register it inline in a fresh
 registry. Where the entry-point path itself is under test (loading by name, blocking, the
-allow-list, a child process that must find the plugin), :func:`install_distribution` writes the
-``*.dist-info`` that ``pip install`` would, with its entry points, into a directory::
+allow-list, a child process that must find the plugin), `install_distribution` writes the
+``*.dist-info`` that ``pip install`` would, with its entry points, into a directory:
 
-    spec = fake_accelerator("myaccel", priority=50)
-    registry = accelbackends.Registry(env={}, plugins=[("mine", InlinePlugin(spec))])
+```python
+spec = fake_accelerator("myaccel", priority=50)
+registry = accelbackends.Registry(env={}, plugins=[("mine", InlinePlugin(spec))])
+```
 
 Nothing here imports torch; a fake accelerator's ``bind`` imports it when it runs.
 """
@@ -47,8 +49,8 @@ def fake_accelerator(
     """An accelerator whose probe answers as told and whose device is the CPU.
 
     Its default backend is the first of ``backends``; with the default ``("gloo",)`` a real
-    process group comes up in :func:`accelbackends.init`, so policy hooks can be tested end to
-    end without any hardware.
+    process group comes up in [`accelbackends.init`][accelbackends.init], so policy hooks can be
+    tested end to end without any hardware.
     """
 
     verdict = Detection(
@@ -80,10 +82,11 @@ def fake_accelerator(
 class InlinePlugin:
     """A plugin object made of parts: accelerators to declare, and hook implementations.
 
-    :param accelerators: Specs returned from ``accelbackends_declare_accelerators``.
-    :param hooks: Hook implementations by hook name (``accelbackends_backend_options=fn``). A
-        function already marked with :data:`accelbackends.hookimpl` keeps its marker (e.g.
-        ``wrapper=True``); an unmarked one is marked as a plain implementation.
+    Args:
+        accelerators: Specs returned from ``accelbackends_declare_accelerators``.
+        hooks: Hook implementations by hook name (``accelbackends_backend_options=fn``). A
+            function already marked with `accelbackends.hookimpl` keeps its marker (e.g.
+            ``wrapper=True``); an unmarked one is marked as a plain implementation.
 
     Register it inline: ``Registry(plugins=[("name", InlinePlugin(...))])`` or
     ``registry.register(InlinePlugin(...), "name")``.
@@ -152,11 +155,14 @@ def install_distribution(
     default) and, when ``source`` is given, the module itself as ``<module>.py``. Put ``site``
     on ``sys.path`` (or ``PYTHONPATH`` for a child process) and the registry finds the plugin.
 
-    :param name: The entry point's name: the plugin's name in ``info``,
-        ``ACCELBACKENDS_DISABLE`` and ``ACCELBACKENDS_PLUGINS``.
-    :param module: The importable module the entry point names, e.g. ``accelbackends_myaccel``.
-    :param distribution: The distribution name; ``accelbackends-<name>`` by default.
-    :return: ``site``, as a path.
+    Args:
+        name: The entry point's name: the plugin's name in ``info``,
+            ``ACCELBACKENDS_DISABLE`` and ``ACCELBACKENDS_PLUGINS``.
+        module: The importable module the entry point names, e.g. ``accelbackends_myaccel``.
+        distribution: The distribution name; ``accelbackends-<name>`` by default.
+
+    Returns:
+        ``site``, as a path.
     """
     site = Path(site)
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", name):

@@ -9,10 +9,10 @@ Fixtures:
 
 - ``accelbackends_clean_env``: no launcher or ``ACCELBACKENDS_*`` variable in ``os.environ``, a
   fresh default registry, and no process group left behind.
-- ``accelbackends_registry``: a factory of fresh :class:`~accelbackends.Registry` objects with an
-  injected environment, an empty fake machine and plugins registered inline.
-- ``accelbackends_tree`` / ``accelbackends_stack``: a :class:`~accelbackends.testing.FakeTree`
-  and a :class:`~accelbackends.testing.FakeStack` in the test's temporary directory.
+- ``accelbackends_registry``: a factory of fresh [`Registry`][accelbackends.Registry] objects with
+  an injected environment, an empty fake machine and plugins registered inline.
+- ``accelbackends_tree`` / ``accelbackends_stack``: a `FakeTree`
+  and a `FakeStack` in the test's temporary directory.
 - ``accelbackends_cluster``: the variables a launcher sets for one rank of a job.
 - ``accelbackends_install``: a plugin distribution with real entry points on ``sys.path``.
 - ``accelbackends_ranks``: real ranks in child processes, through ``accelbackends.init()``.
@@ -72,12 +72,15 @@ def _reset_accelbackends() -> None:
 def accelbackends_clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``os.environ`` without launcher variables (``RANK``, ``SLURM_*``, ``OMPI_*``, ...) and
     ``ACCELBACKENDS_*`` variables, and a fresh default registry; after the test, the process
-    group made by :func:`accelbackends.init` (if any) is destroyed and the registry forgotten.
+    group made by [`accelbackends.init`][accelbackends.init] (if any) is destroyed and the
+    registry forgotten.
 
-    Make it autouse in your own ``conftest.py`` to isolate every test from the shell::
+    Make it autouse in your own ``conftest.py`` to isolate every test from the shell:
 
-        @pytest.fixture(autouse=True)
-        def _isolated(accelbackends_clean_env): ...
+    ```python
+    @pytest.fixture(autouse=True)
+    def _isolated(accelbackends_clean_env): ...
+    ```
     """
     kept = clean_environment(os.environ)
     for key in list(os.environ):
@@ -91,20 +94,20 @@ def accelbackends_clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def accelbackends_tree(tmp_path: Path) -> FakeTree:
     """An empty fake machine (sysfs, procfs, ``/dev``) in the test's temporary directory; add
-    devices with its methods or :meth:`~accelbackends.testing.FakeTree.write`."""
+    devices with its methods or `write`."""
     return FakeTree(tmp_path / "accelbackends-root")
 
 
 @pytest.fixture
 def accelbackends_stack(tmp_path: Path) -> FakeStack:
     """A directory of fake vendor packages for child processes (see
-    :class:`~accelbackends.testing.FakeStack`); pass it to ``accelbackends_ranks(stack=...)``."""
+    `FakeStack`); pass it to ``accelbackends_ranks(stack=...)``."""
     return FakeStack(tmp_path / "accelbackends-stack")
 
 
 class RegistryFactory:
     """``accelbackends_registry(env=None, *, root=None, plugins=(), autoload=False)``: a fresh
-    :class:`~accelbackends.Registry`.
+    [`Registry`][accelbackends.Registry].
 
     - ``env``: the registry's environment (``ACCELBACKENDS_*`` and launcher variables); empty
       by default, never the test process's own.
@@ -113,7 +116,7 @@ class RegistryFactory:
       added to the tree).
     - ``plugins``: plugin objects to register inline, as ``{name: object}`` or
       ``[(name, object)]``: a module, an instance with hook methods, or an
-      :class:`~accelbackends.testing.InlinePlugin`.
+      `InlinePlugin`.
     - ``autoload``: also load installed third-party plugins from their entry points. Off by
       default (``ACCELBACKENDS_DISABLE_PLUGIN_AUTOLOAD=1`` unless ``env`` says otherwise): the
       test sees the plugins it registers, not whatever the environment has installed, and
@@ -148,7 +151,7 @@ class RegistryFactory:
 
 @pytest.fixture
 def accelbackends_registry(accelbackends_tree: FakeTree) -> RegistryFactory:
-    """A factory of fresh registries: see :class:`RegistryFactory`."""
+    """A factory of fresh registries: see `RegistryFactory`."""
     return RegistryFactory(accelbackends_tree)
 
 
@@ -158,8 +161,8 @@ class ClusterFactory:
 
     Returns them as a dict for ``accelbackends_registry(env=...)``. With ``apply=True`` they are
     also set in ``os.environ`` for the duration of the test (for code that calls
-    :func:`accelbackends.init` without a registry). The other keyword arguments are those of
-    :func:`~accelbackends.testing.launcher_env`.
+    [`accelbackends.init`][accelbackends.init] without a registry). The other keyword arguments
+    are those of [`launcher_env`][accelbackends.testing.launcher_env].
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,7 +180,7 @@ class ClusterFactory:
 
 @pytest.fixture
 def accelbackends_cluster(monkeypatch: pytest.MonkeyPatch) -> ClusterFactory:
-    """A fake launcher: see :class:`ClusterFactory`."""
+    """A fake launcher: see `ClusterFactory`."""
     return ClusterFactory(monkeypatch)
 
 
@@ -228,7 +231,7 @@ class DistributionInstaller:
 
 @pytest.fixture
 def accelbackends_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DistributionInstaller:
-    """Install plugin distributions on ``sys.path``: see :class:`DistributionInstaller`."""
+    """Install plugin distributions on ``sys.path``: see `DistributionInstaller`."""
     return DistributionInstaller(tmp_path / "accelbackends-site", monkeypatch)
 
 
@@ -236,9 +239,14 @@ def accelbackends_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Di
 class RankReport:
     """One rank's exit status, output, and the report it printed.
 
-    ``report`` is what ``python -m accelbackends.testing.rank_program`` prints (rank, accelerator,
-    backend, process-group backend, device, the sums of its all-reduces, ...), or
-    ``{"error": {"type": ..., "message": ...}}`` when the rank failed.
+    Attributes:
+        rank: The rank.
+        returncode: Its exit status (negative: killed by that signal).
+        stdout: What it printed on stdout.
+        stderr: What it printed on stderr.
+        report: What `python -m accelbackends.testing.rank_program` printed (rank, accelerator,
+            backend, process-group backend, device, the sums of its all-reduces, ...), or
+            `{"error": {"type": ..., "message": ...}}` when the rank failed.
     """
 
     rank: int
@@ -249,6 +257,7 @@ class RankReport:
 
     @property
     def error(self) -> dict[str, Any] | None:
+        """The report's `error` (its `type` and `message`), or None when the rank succeeded."""
         error: dict[str, Any] | None = self.report.get("error")
         return error
 
@@ -256,11 +265,11 @@ class RankReport:
 class RankRunner:
     """``accelbackends_ranks(nprocs=2, *, root=None, stack=None, env=None, pythonpath=(),
     argv=None, timeout=120)``: start ``nprocs`` real ranks the way ``torchrun`` does and return
-    a :class:`RankReport` per rank.
+    a `RankReport` per rank.
 
     Every rank runs ``python -m accelbackends.testing.rank_program --root ROOT`` (or ``argv``),
-    which initialises through :func:`accelbackends.init`, all-reduces over the CPU backend and over
-    the accelerator's own, and reports what it saw.
+    which initialises through [`accelbackends.init`][accelbackends.init], all-reduces over the CPU
+    backend and over the accelerator's own, and reports what it saw.
 
     - ``root``: the fake machine the ranks' probes look under (``accelbackends_tree`` by
       default).
@@ -314,5 +323,5 @@ class RankRunner:
 
 @pytest.fixture
 def accelbackends_ranks(accelbackends_tree: FakeTree) -> RankRunner:
-    """Run real ranks in child processes: see :class:`RankRunner`."""
+    """Run real ranks in child processes: see `RankRunner`."""
     return RankRunner(accelbackends_tree)

@@ -1,7 +1,7 @@
 """A rank program for multi-process tests: ``python -m accelbackends.testing.rank_program``.
 
-It initialises through :func:`accelbackends.init` with a registry whose probes look under
-``--root`` (a :class:`~accelbackends.testing.FakeTree`, or ``/`` on real hardware), runs an
+It initialises through `accelbackends.init` with a registry whose probes look under
+``--root`` (a `FakeTree`, or ``/`` on real hardware), runs an
 all_reduce over the CPU backend and one over the accelerator's own backend, and prints one line,
 ``ACCELBACKENDS-RANK {json}``, with what it saw; on failure ``ACCELBACKENDS-RANK-ERROR {json}``
 and exit code 1.

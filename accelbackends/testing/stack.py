@@ -1,12 +1,14 @@
 """Fake vendor stacks for child processes: importable fake packages with installed-package
 metadata, in a directory that goes on ``PYTHONPATH``.
 
-A fake stack is activated through the environment only, never by patching accelbackends::
+A fake stack is activated through the environment only, never by patching accelbackends:
 
-    stack = FakeStack(tmp_path / "stack").habana(devices=2)
-    program = "accelbackends.testing.rank_program"
-    subprocess.run([sys.executable, "-m", program, "--root", tree.root],
-                   env=stack.env(), check=True)
+```python
+stack = FakeStack(tmp_path / "stack").habana(devices=2)
+program = "accelbackends.testing.rank_program"
+subprocess.run([sys.executable, "-m", program, "--root", tree.root],
+               env=stack.env(), check=True)
+```
 
 The fake packages register the same backend names as the real ones (``hccl``, ``ccl``, ``xccl``)
 over Gloo, so ``init_process_group`` and collectives really run between the ranks.
@@ -95,7 +97,7 @@ class FakeStack:
     def nvml(
         self, gpus: list[nvml.FakeGpu], *, driver: str = "550.54.15", failure: str | None = None
     ) -> FakeStack:
-        """Use the fake NVML (:mod:`accelbackends.testing.nvml`) listing ``gpus``."""
+        """Use the fake NVML (`accelbackends.testing.nvml`) listing ``gpus``."""
         self.variables.update(nvml.environment(gpus, driver=driver, failure=failure))
         return self
 

@@ -1,10 +1,16 @@
 """A fake machine: the sysfs, procfs and ``/dev`` entries that accelerator probes read.
 
 Build one in a temporary directory and hand its root to a probe (``FakeTree.probe()``) or to a
-registry (``accelbackends.Registry(root=tree.root)``)::
+registry (``accelbackends.Registry(root=tree.root)``):
 
-    tree = FakeTree(tmp_path).nvidia(2).intel_gpu(integrated=True)
-    status = accelbackends.detect(registry=accelbackends.Registry(root=tree.root))
+```python
+tree = FakeTree(tmp_path).nvidia(2).intel_gpu(integrated=True)
+status = accelbackends.detect(registry=accelbackends.Registry(root=tree.root))
+```
+
+CPU topology for CPU affinity: ``cpus()`` (sockets, cores, SMT, NUMA nodes), ``affinity()`` (the
+process's allowed CPUs, as a scheduler narrowed them) and ``cpuset()`` (a cgroup's limit); a
+device's NUMA node with ``numa=`` on the device builders (call ``cpus()`` first).
 
 Device nodes are empty files: probes only ask whether they exist.
 """
@@ -12,7 +18,7 @@ Device nodes are empty files: probes only ask whether they exist.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..plugin.types import Probe
@@ -59,10 +65,20 @@ class FakeTree:
 
     # -- NVIDIA ----------------------------------------------------------------------------
 
-    def nvidia(self, count: int = 1, *, proc: bool = True, dev: bool = True) -> FakeTree:
+    def nvidia(
+        self,
+        count: int = 1,
+        *,
+        proc: bool = True,
+        dev: bool = True,
+        numa: Sequence[int] | None = None,
+    ) -> FakeTree:
         """``count`` NVIDIA GPUs as the driver shows them without NVML: a directory per GPU in
-        ``/proc/driver/nvidia/gpus`` and ``/dev/nvidiaN`` nodes."""
+        ``/proc/driver/nvidia/gpus`` and ``/dev/nvidiaN`` nodes; ``numa`` gives each GPU's NUMA
+        node (its PCI function in ``/sys/bus/pci/devices``)."""
         for index in range(count):
+            if numa is not None:
+                self.pci_locality(f"/sys/bus/pci/devices/0000:{index + 0x17:02x}:00.0", numa[index])
             if proc:
                 self.write(
                     f"/proc/driver/nvidia/gpus/0000:{index + 0x17:02x}:00.0/information",
@@ -97,6 +113,7 @@ class FakeTree:
         driver: str = "xe",
         slot: str | None = None,
         vendor: str = "0x8086",
+        numa: int | None = None,
     ) -> FakeTree:
         """An Intel GPU (or, with another ``vendor``, any GPU) with a ``card`` and a render
         node in ``/sys/class/drm``, linked to its PCI device like the kernel does."""
@@ -109,6 +126,8 @@ class FakeTree:
         self.write(f"{device}/uevent", f"DRIVER={driver}\nPCI_SLOT_NAME={slot}\n")
         self.link(f"{device}/driver", f"../../../bus/pci/drivers/{driver}")
         self.path(f"/sys/bus/pci/drivers/{driver}").mkdir(parents=True, exist_ok=True)
+        if numa is not None:
+            self.pci_locality(device, numa)
         for name in (f"card{card}", f"renderD{render}"):
             self.link(f"/sys/class/drm/{name}/device", f"../../../devices/pci0000:00/{slot}")
             self.write(f"/dev/dri/{name}")
@@ -116,7 +135,14 @@ class FakeTree:
 
     # -- Habana Gaudi ----------------------------------------------------------------------
 
-    def gaudi(self, count: int = 1, *, dev: bool = True, vendor: str = "0x1da3") -> FakeTree:
+    def gaudi(
+        self,
+        count: int = 1,
+        *,
+        dev: bool = True,
+        vendor: str = "0x1da3",
+        numa: Sequence[int] | None = None,
+    ) -> FakeTree:
         """``count`` accel-class devices (Gaudi with the default ``vendor``) in
         ``/sys/class/accel``, with ``/dev/accel/accelN`` nodes unless ``dev`` is False (as in
         a container the devices were not mounted into)."""
@@ -124,6 +150,8 @@ class FakeTree:
             index = self._next("/sys/class/accel", "accel")
             self.write(f"/sys/class/accel/accel{index}/device/vendor", f"{vendor}\n")
             self.write(f"/sys/class/accel/accel{index}/device/module_id", f"{index}\n")
+            if numa is not None:
+                self.pci_locality(f"/sys/class/accel/accel{index}/device", numa[index])
             if dev:
                 self.write(f"/dev/accel/accel{index}")
         return self
@@ -133,6 +161,58 @@ class FakeTree:
         for index in range(count):
             self.write(f"/dev/hl{index}")
             self.write(f"/dev/hl_controlD{index}")
+        return self
+
+    # -- CPU topology ----------------------------------------------------------------------
+
+    def cpus(
+        self, *, sockets: int = 1, cores: int = 4, smt: bool = False, numa: bool = True
+    ) -> FakeTree:
+        """A machine of ``sockets`` x ``cores`` physical cores, two CPUs per core with ``smt``,
+        numbered as Linux does on x86 (every core's first thread, then every second thread),
+        one NUMA node per socket (none shown with ``numa=False``)."""
+        total = sockets * cores
+        threads = 2 if smt else 1
+        cpu_dir = "/sys/devices/system/cpu"
+        self.write(f"{cpu_dir}/online", f"0-{total * threads - 1}\n")
+        for core in range(total):
+            siblings = [core + thread * total for thread in range(threads)]
+            for cpu in siblings:
+                self.write(
+                    f"{cpu_dir}/cpu{cpu}/topology/thread_siblings_list",
+                    _cpulist(siblings) + "\n",
+                )
+        if numa:
+            for socket in range(sockets):
+                node = [
+                    core + thread * total
+                    for thread in range(threads)
+                    for core in range(socket * cores, (socket + 1) * cores)
+                ]
+                self.write(f"/sys/devices/system/node/node{socket}/cpulist", _cpulist(node) + "\n")
+        return self
+
+    def affinity(self, cpulist: str) -> FakeTree:
+        """This process's allowed CPUs (``Cpus_allowed_list`` in ``/proc/self/status``), as a
+        scheduler or launcher narrowed them."""
+        return self.write("/proc/self/status", f"Name:\tpython\nCpus_allowed_list:\t{cpulist}\n")
+
+    def cpuset(self, cpulist: str, *, cgroup: str = "/job", version: int = 2) -> FakeTree:
+        """This process's cgroup ``cgroup`` limited to ``cpulist`` by the cpuset controller
+        (cgroup ``version`` 2 or 1)."""
+        if version == 2:
+            self.write("/proc/self/cgroup", f"0::{cgroup}\n")
+            return self.write(f"/sys/fs/cgroup{cgroup}/cpuset.cpus.effective", cpulist + "\n")
+        self.write("/proc/self/cgroup", f"3:cpuset:{cgroup}\n0::/\n")
+        return self.write(f"/sys/fs/cgroup/cpuset{cgroup}/cpuset.effective_cpus", cpulist + "\n")
+
+    def pci_locality(self, device: str, numa: int) -> FakeTree:
+        """``numa_node`` and ``local_cpulist`` of the PCI function at ``device``: the CPUs of
+        NUMA node ``numa`` as ``cpus()`` wrote them (-1: the platform does not say)."""
+        self.write(f"{device}/numa_node", f"{numa}\n")
+        node = self.path(f"/sys/devices/system/node/node{numa}/cpulist")
+        if numa >= 0 and node.exists():
+            self.write(f"{device}/local_cpulist", node.read_text(encoding="utf-8"))
         return self
 
     # -- probes ----------------------------------------------------------------------------
@@ -147,3 +227,9 @@ class FakeTree:
             root=self.root,
             packages=None if packages is None else tuple(str(p) for p in packages),
         )
+
+
+def _cpulist(cpus: Iterable[int]) -> str:
+    from ..plugin.locality import format_cpulist
+
+    return format_cpulist(cpus)

@@ -55,7 +55,7 @@ def gloo(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
 
 
 def gloo_extended(options: Any, pg_options: Any) -> Any:
-    """:func:`gloo` for ``register_backend(..., extended_api=True)`` creators."""
+    """`gloo` for ``register_backend(..., extended_api=True)`` creators."""
     return gloo(options.store, options.group_rank, options.group_size, options.timeout)
 
 
@@ -65,7 +65,7 @@ def _count(variable: str) -> int:
 
 
 def patch_torch(torch: ModuleType) -> None:
-    """Make this CPU torch look like an XPU build, as :data:`XPU_DEVICES` and :data:`XCCL` say."""
+    """Make this CPU torch look like an XPU build, as `XPU_DEVICES` and `XCCL` say."""
     devices = _count(XPU_DEVICES)
     if devices:
         current = [0]

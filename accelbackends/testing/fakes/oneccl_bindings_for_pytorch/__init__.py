@@ -2,7 +2,7 @@
 bindings do, over Gloo. Test code only.
 
 The real bindings initialise oneCCL when they are imported, reading the ``CCL_*`` variables
-then; :data:`ccl_environment_at_import` records what they were, so a test can check that the
+then; `ccl_environment_at_import` records what they were, so a test can check that the
 plugin set them first.
 """
 

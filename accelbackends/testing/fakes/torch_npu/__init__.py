@@ -1,7 +1,7 @@
 """Fake ``torch_npu`` (Huawei Ascend). Test code only.
 
 On import it does what the real package does to torch: names the PrivateUse1 device ``npu``,
-registers :mod:`torch_npu.npu` as ``torch.npu``, and registers a backend named ``hccl`` for the
+registers `torch_npu.npu` as ``torch.npu``, and registers a backend named ``hccl`` for the
 ``npu`` device, which replaces Habana's registration of the same name. The process groups it
 creates are Gloo, so collectives really run between the ranks, on CPU tensors.
 """

@@ -3,7 +3,7 @@
 The node has ``FAKESTACK_NPU_DEVICES`` NPUs. Like the Ascend runtime, ``ASCEND_RT_VISIBLE_DEVICES``
 (read when first asked) narrows them to the listed logical IDs, which the process then sees as
 devices ``0 .. n-1``; the runtime stops reading the list at the first entry it does not take.
-:data:`bound_device_id` records the node-wide ID of the device :func:`set_device` chose, so a
+`bound_device_id` records the node-wide ID of the device `set_device` chose, so a
 test can check that the right NPU was bound.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-#: The node-wide device ID of the NPU :func:`set_device` bound; None before that.
+#: The node-wide device ID of the NPU `set_device` bound; None before that.
 bound_device_id: int | None = None
 _current = 0
 

@@ -2,7 +2,7 @@
 
 The device count comes from ``FAKESTACK_HPU_DEVICES``; modules are numbered from 0. Like the
 real runtime, the first query acquires a module and reads ``HLS_MODULE_ID`` at that moment:
-:data:`acquired_module_id` records what it read, so a test can check that the plugin chose the
+`acquired_module_id` records what it read, so a test can check that the plugin chose the
 module before the runtime looked.
 """
 
