@@ -236,16 +236,19 @@ def test_second_job_on_the_same_port_never_runs_with_the_first(
     port = _free_port()
     first = _start("victim.py", _rank_env(config_home, 0, port))
     processes.append(first)
-    # The second job's rank 0 finds the port taken once the first job's store listens.
+    # The second job's rank 0 starts once the first job's store listens, and finds it taken.
     while True:
-        second_zero = _start("victim.py", _rank_env(config_home, 0, port))
-        processes.append(second_zero)
-        code, _, err = _finish(second_zero)
-        assert code != 0
-        if "already in use" in err:
+        assert first.poll() is None, "the first job's rank 0 ended before it listened"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
             break
-        assert first.poll() is None, "the first job ended before its port was taken"
-    assert "set MASTER_PORT to a free port" in _error_line(err)
+        except OSError:
+            time.sleep(0.05)
+    second_zero = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(second_zero)
+    code, _, err = _finish(second_zero)
+    assert code != 0
+    assert "already in use" in err and "set MASTER_PORT to a free port" in _error_line(err)
     second_one = _start("victim.py", _rank_env(config_home, 1, port))
     processes.append(second_one)
     code, out, err = _finish(first)
