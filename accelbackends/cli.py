@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .console import keep_plugin_output_off_stdout
 from .plugin.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -26,7 +27,7 @@ from .plugin.errors import (
 )
 from .plugin.text import say
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 class _Terminated(BaseException):
@@ -106,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     _show_library_messages()
+    restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "info":
@@ -131,3 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous)
+        restore_stdout()
+
+
+def run() -> None:
+    """The console script: ``main``, then exit without waiting for plugins' threads."""
+    from .console import exit
+
+    exit(main())

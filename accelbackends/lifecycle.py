@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from types import TracebackType
 from typing import Any
 
 from . import affinity
@@ -45,7 +46,9 @@ from .rendezvous import (
     meet,
     quiet_torch_logs,
 )
+from .rendezvous import __name__ as _rendezvous_module
 from .selection import select
+from .undo import EnvironmentChanges
 
 __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_initialized"]
 
@@ -59,6 +62,8 @@ _SEED_LIMIT = 2**32  # NumPy's legacy seeding accepts 0 .. 2**32 - 1
 class _State:
     context: Context
     rendezvous: Rendezvous
+    #: What destroy() undoes, last step first: the process group, the store, the environment.
+    steps: contextlib.ExitStack
 
 
 _state: _State | None = None
@@ -180,22 +185,32 @@ def init(
             f"(backend {dist.get_backend()}); call torch.distributed.destroy_process_group() "
             "first, or use that process group instead of accelbackends.init()"
         )
-    server = host_early(cluster, join_s)  # before the slow part; dropped if anything fails
-    selection = select(accelerator, backend, registry=registry)
-    with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
-        return _initialise(
-            registry,
-            selection,
-            cluster,
-            timeout_s,
-            join_s,
-            seed,
-            seed_per_rank,
-            threads,
-            started,
-            server,
-            (pin_mode, cpus),
-        )
+    # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
+    # them all (os.environ exactly as found, no store left listening); on success the stack
+    # moves into _State and destroy() unwinds it.
+    with contextlib.ExitStack() as steps:
+        environment = EnvironmentChanges()
+        steps.callback(environment.undo)
+        server = _Held(host_early(cluster, join_s))  # before the slow part
+        steps.callback(server.release)
+        steps.push(_forget_stores_in_traceback)
+        selection = select(accelerator, backend, registry=registry)
+        with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
+            return _initialise(
+                registry,
+                selection,
+                cluster,
+                timeout_s=timeout_s,
+                join_s=join_s,
+                seed=seed,
+                seed_per_rank=seed_per_rank,
+                threads=threads,
+                started=started,
+                server=server,
+                environment=environment,
+                steps=steps,
+                pinned=(pin_mode, cpus),
+            )
 
 
 def _same_context(context: Context, **requested: Any) -> Context:
@@ -225,17 +240,48 @@ def _plugin_call(what: str, plugin: str, call: Any, *args: Any) -> Any:
         raise InitError(f"{what} failed in plugin {plugin!r}: {describe(exc)}") from exc
 
 
+class _Held:
+    """Rank 0's store (or None), let go of by the undo steps. TCPStore has no close(): its port
+    is freed when the last reference goes, and a failed ``init()``'s traceback keeps its frames'
+    locals alive (in a notebook, until the next error), so a retry would find "address in use"."""
+
+    def __init__(self, store: Any | None) -> None:
+        self.store = store
+
+    def release(self) -> None:
+        self.store = None
+
+
+def _forget_stores_in_traceback(
+    kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+) -> bool:
+    """On failure, drop the locals of the finished frames that hold a store (the rendezvous
+    module's, and ``_initialise``'s), for the reason ``_Held`` gives."""
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_globals.get("__name__") == _rendezvous_module or (
+            frame.f_code is _initialise.__code__
+        ):
+            with contextlib.suppress(RuntimeError):  # still executing: not ours to clear
+                frame.clear()
+        traceback = traceback.tb_next
+    return False
+
+
 def _initialise(
     registry: Registry,
     selection: Selection,
     cluster: ClusterInfo,
+    *,
     timeout_s: float,
     join_s: float,
     seed: int | None,
     seed_per_rank: bool,
     threads: int | None,
     started: float,
-    server: Any | None,
+    server: _Held,
+    environment: EnvironmentChanges,
+    steps: contextlib.ExitStack,
     pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
     global _state, _generation
@@ -285,76 +331,88 @@ def _initialise(
 
     _generation += 1
     rendezvous = meet(
-        cluster, join_timeout=join_s, generation=_generation, server=server, env=registry.env
+        cluster,
+        join_timeout=join_s,
+        generation=_generation,
+        server=server.store,
+        env=registry.env,
     )
+    server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
+    rendezvous.raw.set_timeout(options.timeout)
+    extra: dict[str, Any] = {}
+    if options.device_id is not None:
+        extra["device_id"] = options.device_id
     try:
-        rendezvous.raw.set_timeout(options.timeout)
-        extra: dict[str, Any] = {}
-        if options.device_id is not None:
-            extra["device_id"] = options.device_id
-        try:
-            dist.init_process_group(
-                backend=options.backend,
-                store=rendezvous.store,
-                rank=cluster.rank,
-                world_size=cluster.world_size,
-                timeout=options.timeout,
-                pg_options=options.pg_options,
-                **extra,
-            )
-        except Exception as exc:
-            raise InitError(
-                f"init_process_group(backend={options.backend!r}) failed on rank "
-                f"{cluster.rank}: {first_line(exc)}"
-            ) from exc
-        if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
-            # Before the first user collective: a process that slipped into the collectives by
-            # writing store keys directly cannot answer this. Every rank has finished
-            # init_process_group once it completes, so it is also the barrier below.
-            verify_group(
-                rendezvous.admission,
-                cluster.rank,
-                cluster.world_size,
-                # CPU tensors wherever the process group has a CPU backend: no device work.
-                "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
-                join_s,
-            )
-        else:
-            _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
-        if seed is not None:
-            _seed(seed + (cluster.rank if seed_per_rank else 0))
-        context = Context(
+        dist.init_process_group(
+            backend=options.backend,
+            store=rendezvous.store,
             rank=cluster.rank,
             world_size=cluster.world_size,
-            local_rank=cluster.local_rank,
-            local_world_size=cluster.local_world_size,
-            node_rank=cluster.node_rank,
-            device=device,
-            accelerator=spec.name,
-            backend=selection.backend,
-            process_group_backend=options.backend,
-            launcher=cluster.launcher,
-            master_addr=cluster.master_addr,
-            master_port=cluster.master_port,
-            timeout=options.timeout.total_seconds(),
-            rendezvous_timeout=join_s,
-            seed=seed,
-            threads=threads,
-            reason=selection.reason,
-            selection=selection,
-            cluster=cluster,
-            init_seconds=time.perf_counter() - started,
-            cpu_affinity=cpu_affinity,
-            cpus=cpus,
+            timeout=options.timeout,
+            pg_options=options.pg_options,
+            **extra,
         )
-        _state = _State(context, rendezvous)
+    except Exception as exc:
+        raise InitError(
+            f"init_process_group(backend={options.backend!r}) failed on rank "
+            f"{cluster.rank}: {first_line(exc)}"
+        ) from exc
+    steps.callback(_destroy_process_group)
+    if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
+        # Before the first user collective: a process that slipped into the collectives by
+        # writing store keys directly cannot answer this. Every rank has finished
+        # init_process_group once it completes, so it is also the barrier below.
+        verify_group(
+            rendezvous.admission,
+            cluster.rank,
+            cluster.world_size,
+            # CPU tensors wherever the process group has a CPU backend: no device work.
+            "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
+            join_s,
+        )
+    else:
+        _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
+    if seed is not None:
+        _seed(seed + (cluster.rank if seed_per_rank else 0))
+    context = Context(
+        rank=cluster.rank,
+        world_size=cluster.world_size,
+        local_rank=cluster.local_rank,
+        local_world_size=cluster.local_world_size,
+        node_rank=cluster.node_rank,
+        device=device,
+        accelerator=spec.name,
+        backend=selection.backend,
+        process_group_backend=options.backend,
+        launcher=cluster.launcher,
+        master_addr=cluster.master_addr,
+        master_port=cluster.master_port,
+        timeout=options.timeout.total_seconds(),
+        rendezvous_timeout=join_s,
+        seed=seed,
+        threads=threads,
+        reason=selection.reason,
+        selection=selection,
+        cluster=cluster,
+        init_seconds=time.perf_counter() - started,
+        cpu_affinity=cpu_affinity,
+        cpus=cpus,
+    )
+    _state = _State(context, rendezvous, steps.pop_all())
+    try:
         registry.post_init(context)
     except BaseException:
-        _state = None
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy()
         raise
+    environment.keep()
     return context
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _wait_until_every_rank_is_connected(
@@ -398,13 +456,10 @@ def destroy() -> None:
     global _state
     if _state is None:
         return
-    import torch.distributed as dist
-
-    try:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    finally:
-        _state = None
+    state, _state = _state, None
+    # The process group, then the store, then the variables init() set (those the user has not
+    # changed since).
+    state.steps.close()
 
 
 @contextlib.contextmanager

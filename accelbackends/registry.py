@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import threading
 import time
 import types
 import warnings
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from . import accelerators, environments
+from .isolation import Call, PluginTimeout, bounded, codes_of, failure
 from .plugin import config, hookspecs
 from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
 from .plugin.types import (
@@ -63,7 +63,8 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
 #: Built-ins that cannot be blocked: the always-available fallbacks and the hook defaults.
 UNBLOCKABLE = frozenset({"defaults", "cpu", "single"})
 
-#: A probe that has not answered after this many seconds counts as unavailable.
+#: A third-party plugin's import, declaration or cluster hook, or any probe, that has not
+#: answered after this many seconds counts as failed (``ACCELBACKENDS_PLUGIN_TIMEOUT``).
 DETECT_TIMEOUT = 10.0
 
 Status = Literal["active", "blocked", "failed"]
@@ -108,7 +109,9 @@ class Registry:
         env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
             (``os.environ`` itself by default, read live).
         root: The filesystem root that detection probes look under (``/`` by default).
-        detect_timeout: Seconds a probe may take before it counts as unavailable.
+        detect_timeout: Seconds a probe, a third-party plugin's import or declaration, or the
+            cluster-environment and selection hooks may take before they count as failed
+            (default: ``ACCELBACKENDS_PLUGIN_TIMEOUT``, else 10).
         plugins: Extra plugin objects to register after the built-ins, as (name, object); the
             testing kit uses this to register a plugin inline.
     """
@@ -119,10 +122,12 @@ class Registry:
         *,
         root: str | os.PathLike[str] = "/",
         plugins: Iterable[tuple[str, object]] = (),
-        detect_timeout: float = DETECT_TIMEOUT,
+        detect_timeout: float | None = None,
     ) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.root = Path(root)
+        if detect_timeout is None:
+            detect_timeout = config.read_seconds(self.env, config.PLUGIN_TIMEOUT) or DETECT_TIMEOUT
         self.detect_timeout = detect_timeout
         self._inline = list(plugins)
         self._pm: pluggy.PluginManager | None = None
@@ -227,32 +232,42 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            plugin = load()
+            # A third-party plugin's own code runs bounded, in a thread (accelbackends.isolation).
+            plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
+        except PluginTimeout as exc:
+            self._fail(
+                name, dist, version, f"import did not finish within {exc.limit:g} s", builtin
+            )
+            return
         except Exception as exc:
-            self._fail(name, dist, version, f"import failed: {describe(exc)}", builtin)
+            self._fail(name, dist, version, f"import failed: {failure(exc)}", builtin)
             return
         try:
             pm.register(plugin, name)
             # Every hook spec is known before any plugin loads, so anything pending now is this
             # plugin's: a misspelled accelbackends_* hook.
             pm.check_pending()
-            specs = self._declared(plugin, name)
+            specs = self._declared(plugin, name, builtin)
         except Exception as exc:
             if pm.is_registered(plugin):
                 pm.unregister(plugin)
-            self._fail(name, dist, version, describe(exc), builtin)
+            self._fail(name, dist, version, failure(exc), builtin)
             return
         for spec in specs:
             self._accelerators[spec.name] = (spec, info)
         self._plugins[name] = info
         self._detections = None
 
-    def _declared(self, plugin: object, name: str) -> list[AcceleratorSpec]:
+    def _declared(self, plugin: object, name: str, builtin: bool) -> list[AcceleratorSpec]:
         specs: list[AcceleratorSpec] = []
         for impl in self.pm.hook.accelbackends_declare_accelerators.get_hookimpls():
             if impl.plugin is not plugin:
                 continue
-            declared = impl.function()
+            declared = (
+                impl.function()
+                if builtin
+                else bounded(impl.function, self.detect_timeout, impl.function.__name__)
+            )
             if not isinstance(declared, (list, tuple)) or not all(
                 isinstance(spec, AcceleratorSpec) for spec in declared
             ):
@@ -326,8 +341,12 @@ class Registry:
     def cluster_environment(self) -> ClusterInfo:
         hook = self.pm.hook.accelbackends_cluster_environment
         try:
-            result = hook(env=self.env)
+            result = self._bounded_hook(
+                hook, "recognising the cluster environment", functools.partial(hook, env=self.env)
+            )
         except ConfigError:
+            raise
+        except PluginError:
             raise
         except Exception as exc:
             raise self._hook_error(hook, exc, "recognising the cluster environment") from exc
@@ -341,7 +360,13 @@ class Registry:
     def select_accelerator(self, candidates: Sequence[AcceleratorStatus]) -> Choice | None:
         hook = self.pm.hook.accelbackends_select_accelerator
         try:
-            result = hook(candidates=candidates, env=self.env)
+            result = self._bounded_hook(
+                hook,
+                "selecting the accelerator",
+                functools.partial(hook, candidates=candidates, env=self.env),
+            )
+        except PluginError:
+            raise
         except Exception as exc:
             raise self._hook_error(hook, exc, "selecting the accelerator") from exc
         if result is not None and not isinstance(result, Choice):
@@ -378,9 +403,25 @@ class Registry:
             raise self._hook_error(hook, exc, "running the post-init hook") from exc
 
     def _hook_error(self, hook: Any, exc: Exception, doing: str) -> PluginError:
-        culprit = _culprit(hook, exc)
+        culprit = _culprit(hook, getattr(exc, "original", exc))
         who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
-        return PluginError(f"{who} failed while {doing}: {describe(exc)}")
+        return PluginError(f"{who} failed while {doing}: {failure(exc)}")
+
+    def _bounded_hook(self, hook: Any, doing: str, call: Callable[[], Any]) -> Any:
+        """A hook that only reads (the environment, the candidates) and may run third-party
+        code: bounded like a probe. The hooks of ``init()`` (bind, backend options, post-init)
+        are not: CUDA's current device is per thread, and they may take long for good reasons."""
+        try:
+            return bounded(call, self.detect_timeout, doing)
+        except PluginTimeout as exc:
+            culprit = exc.call.where(
+                codes_of((impl.function, impl.plugin_name) for impl in hook.get_hookimpls())
+            )
+            who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
+            raise PluginError(
+                f"{who} did not answer within {exc.limit:g} s while {doing} "
+                f"(raise {config.PLUGIN_TIMEOUT} if it is only slow)"
+            ) from None
 
 
 def _detect_all(
@@ -388,34 +429,30 @@ def _detect_all(
 ) -> list[Detection]:
     """Every probe at once, each in its own thread; one that has not answered by ``limit``
     seconds counts as unavailable (a hung driver query must not hang ``info``)."""
-    verdicts: list[Detection | None] = [None] * len(pairs)
-
-    def run(index: int, spec: AcceleratorSpec, info: PluginInfo) -> None:
-        verdicts[index] = _guarded_detect(spec, info, probe)
-
-    threads = [
-        threading.Thread(
-            target=run, args=(i, spec, info), daemon=True, name=f"accelbackends-detect-{spec.name}"
-        )
-        for i, (spec, info) in enumerate(pairs)
+    calls = [
+        Call(functools.partial(_guarded_detect, spec, info, probe), f"detecting {spec.name}")
+        for spec, info in pairs
     ]
-    for thread in threads:
-        thread.start()
     deadline = time.monotonic() + limit
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return [
-        verdict
-        or Detection(False, 0, f"plugin error in {info.name!r}: detect timed out after {limit:g} s")
-        for verdict, (_, info) in zip(verdicts, pairs, strict=True)
-    ]
+    verdicts = []
+    for call, (_, info) in zip(calls, pairs, strict=True):
+        if call.wait(deadline - time.monotonic()):
+            verdicts.append(call.result())
+        else:
+            call.abandon()
+            verdicts.append(
+                Detection(
+                    False, 0, f"plugin error in {info.name!r}: detect timed out after {limit:g} s"
+                )
+            )
+    return verdicts
 
 
 def _guarded_detect(spec: AcceleratorSpec, info: PluginInfo, probe: Probe) -> Detection:
     """Run a spec's probe; a probe that raises or returns nonsense is "unavailable"."""
     try:
         result: object = spec.detect(probe)
-    except Exception as exc:
+    except BaseException as exc:  # run in a thread of its own: a SystemExit here is the plugin's
         return Detection(False, 0, f"plugin error in {info.name!r}: {describe(exc)}")
     if not isinstance(result, Detection):
         return Detection(

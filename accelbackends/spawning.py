@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .affinity import resolve_mode
+from .isolation import stuck
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
 from .plugin.errors import ConfigError, SpawnError
@@ -72,7 +73,8 @@ def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
             )
         method = requested
     else:
-        method = "fork" if "fork" in methods and not _device_runtime_initialised() else "spawn"
+        unsafe = _device_runtime_initialised() or stuck()
+        method = "fork" if "fork" in methods and not unsafe else "spawn"
     if method != "fork":
         try:
             pickle.dumps(fn)
@@ -81,9 +83,15 @@ def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
                 f"fn={getattr(fn, '__qualname__', fn)!r} cannot be pickled for "
                 f"start_method={method!r} ({exc}); functions defined in a notebook or in a "
                 "script read from stdin need start_method='fork', which is only safe before "
-                "a device runtime (CUDA, XPU) was initialised in this process"
+                "a device runtime (CUDA, XPU) was initialised in this process and while no "
+                f"plugin call is stuck in it{_stuck_note()}"
             ) from None
     return method
+
+
+def _stuck_note() -> str:
+    calls = stuck()
+    return f" (stuck now: {'; '.join(calls)})" if calls else ""
 
 
 def _watch_parent(parent: int) -> None:
@@ -207,15 +215,9 @@ def spawn(
         raise ConfigError(f"args={args!r} is not valid; pass a tuple of arguments for fn")
     if "cluster" in init_options:
         raise ConfigError("spawn() describes the cluster itself; do not pass cluster=")
-    method = _start_method(start_method, fn)
-    if "registry" in init_options and method != "fork":
-        raise ConfigError(
-            f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
-            "a registry holds loaded plugin modules and cannot be pickled"
-        )
     # Select here, once: a bad accelerator, backend or CPU affinity fails now, in this process,
     # instead of in every rank; and forked ranks inherit the loaded plugins and the detection
-    # results.
+    # results. Before choosing how to start the ranks: a probe that hangs here rules out forking.
     select(
         init_options.get("accelerator"),
         init_options.get("backend"),
@@ -223,6 +225,12 @@ def spawn(
     )
     registry = init_options.get("registry")
     resolve_mode(init_options.get("cpu_affinity"), registry.env if registry else os.environ)
+    method = _start_method(start_method, fn)
+    if "registry" in init_options and method != "fork":
+        raise ConfigError(
+            f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
+            f"a registry holds loaded plugin modules and cannot be pickled{_stuck_note()}"
+        )
     context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import accelbackends
-from accelbackends import accelerators
+from accelbackends import accelerators, isolation
 from accelbackends import registry as _registry
 from accelbackends.testing import cluster as kit_cluster
 
@@ -143,6 +144,15 @@ class AcceleratorPlugin:
     @accelbackends.hookimpl
     def accelbackends_declare_accelerators(self) -> list[accelbackends.AcceleratorSpec]:
         return self.specs
+
+
+def wait_until_no_plugin_call_is_stuck(limit: float = 60) -> None:
+    """After a test released a plugin call it had let hang: wait for its thread to end, so that
+    later tests do not see it as stuck (spawn() would not fork). ``limit`` is a hang guard."""
+    deadline = time.monotonic() + limit
+    while isolation.stuck() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isolation.stuck() == []
 
 
 def run_cli(

@@ -24,6 +24,7 @@ TINY: dict[str, list[str]] = {
     "init-overhead": ["--ranks", "2", "--rounds", "1"],
     "rendezvous-scale": ["--ranks", "2", "--repeats", "1", "--warmup", "0"],
     "rendezvous-stalls": ["--probes", "2", "--runs", "1", "--ranks", "2"],
+    "local-stores": ["--ranks", "2", "--repeats", "1", "--warmup", "0", "--connections", "3"],
     "cpu-affinity": ["--rounds", "1", "--steps", "2", "--size", "32", "--grad-mib", "0.01"],
 }
 

@@ -429,7 +429,7 @@ def test_wrong_values_on_one_rank_fail_naming_the_check_and_the_rank(fake_comm: 
 def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
     fake_comm: Path,
 ) -> None:
-    started = time.monotonic()
+    # run_cli's own limit is the hang guard.
     result = run_cli(
         "check", "--json", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "dies"}
     )
@@ -439,7 +439,6 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
     ]
     report = _report(result)  # still exactly one JSON object, saying what happened
     assert report["ok"] is False and "rank 1 of 2" in report["error"]
-    assert time.monotonic() - started < 60  # not a hang (the limit is generous on purpose)
 
 
 @pytest.mark.slow
@@ -478,6 +477,15 @@ def test_ctrl_c_stops_every_rank_and_exits_130() -> None:
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130
     assert stderr.strip().splitlines() == ["accelbackends: interrupted"]
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True)
-    assert left.stdout == ""
+    assert _group_is_gone(process.pid)
+
+
+def _group_is_gone(group: int, limit: float = 60) -> bool:
+    """Whether every process of ``group`` has exited; the ranks are reaped by their parent
+    before it exits, so this is a hang guard, not a race: it waits at most ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True)
+        if left.stdout == "" or time.monotonic() > deadline:
+            return left.stdout == ""
+        time.sleep(0.1)

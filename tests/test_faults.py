@@ -88,18 +88,15 @@ def test_signal_to_check_stops_every_rank_and_exits_with_the_signals_code(
     try:
         _wait_for_line(process, "[4/4] bandwidth", limit=120)
         assert len(_processes_with(marker)) >= 3  # the parent and its two ranks
-        signalled = time.monotonic()
         process.send_signal(signum)
-        _, stderr = process.communicate(timeout=30)
-        stopped_after = time.monotonic() - signalled
+        _, stderr = process.communicate(timeout=60)  # a hang guard, not a speed check
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr
-    assert stopped_after < 10
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # the ranks are gone before the parent exits; a hang guard
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_with(marker) == []

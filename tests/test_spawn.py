@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
@@ -54,14 +53,12 @@ def _raise_on_rank_one(ctx: accelbackends.Context) -> None:
 
 
 def test_rank_that_raises_is_named_and_the_others_are_stopped() -> None:
-    started = time.monotonic()
     with pytest.raises(
         SpawnError, match=r"rank 1 of 2 raised ValueError: bad batch on rank one"
     ) as caught:
         accelbackends.spawn(_raise_on_rank_one, 2)
     assert caught.value.rank == 1
     assert "Traceback" in caught.value.traceback and "_raise_on_rank_one" in caught.value.traceback
-    assert time.monotonic() - started < 20
     assert multiprocessing.active_children() == []
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "EAGER_INIT",
     "KNOWN_VARIABLES",
     "NVML",
+    "PLUGIN_TIMEOUT",
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
@@ -49,6 +50,7 @@ SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
 SECRET = PREFIX + "SECRET"
+PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
@@ -65,6 +67,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
     SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
+    PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }
 

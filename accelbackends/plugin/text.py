@@ -8,18 +8,33 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
-__all__ = ["aligned", "plural", "rank_list", "say"]
+__all__ = ["aligned", "plural", "rank_list", "report_to", "say"]
+
+_report: TextIO | None = None
+
+
+def report_to(stream: TextIO | None) -> None:
+    """Make ``say`` print to ``stream`` (None: ``sys.stdout``). The command line's own
+    stdout while plugins' output is sent to stderr (``accelbackends.console``)."""
+    global _report
+    _report = stream
 
 
 def say(line: str) -> None:
     """Print ``line`` (one or more lines) to stdout and flush."""
+    global _report
     try:
-        print(line, flush=True)
+        print(line, file=_report or sys.stdout, flush=True)
     except BrokenPipeError:
         # The reader went away (``accelbackends info | head``): finish quietly; the exit
         # status still tells.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+        devnull = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for good
+        if _report is not None:
+            _report = devnull
+        else:
+            sys.stdout = devnull
 
 
 def plural(count: int, word: str) -> str:
