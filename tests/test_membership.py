@@ -381,11 +381,13 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
 
     worker = threading.Thread(target=rank_zero)
     worker.start()
-    server.wait([prefix + "nonce"])
+    # A store client is not safe to share between threads: the "stale rank" gets its own.
+    stale = dist.TCPStore("127.0.0.1", server.port, 2, False, datetime.timedelta(seconds=30))
+    stale.wait([prefix + "nonce"])
     identity = f"{prefix}|world_size=2"
     old_nonce = "0" * 32
     replay = membership._mac(secret.key or b"", identity, 1, old_nonce)
-    server.set(
+    stale.set(
         prefix + "member/1",
         f'{{"host": "old", "nonce": "{old_nonce}", "pid": 1, "proof": "{replay}", '
         '"world_size": 2}',
