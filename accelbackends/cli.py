@@ -8,13 +8,17 @@ SIGTERM; in both, the ranks started by ``check`` are stopped first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
+from ._termination import Watchdog, watch_sigterm
 from .console import keep_plugin_output_off_stdout
 from .plugin.errors import (
     EXIT_FAILED,
@@ -26,7 +30,7 @@ from .plugin.errors import (
     ConfigError,
     first_line,
 )
-from .plugin.text import columns, say
+from .plugin.text import clean, colour, columns, say, terminal_width
 
 __all__ = ["main", "run"]
 
@@ -36,12 +40,45 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if _watchdog is not None:
+        _watchdog.handled()
     raise _Terminated
 
 
+_EXAMPLES = """\
+examples:
+  accelbackends info                   what this node has and what would be chosen, and why
+  accelbackends info --report          a block to paste into a bug report
+  accelbackends check                  start 2 local ranks (CPU) or one per device and test them
+  accelbackends check -v --nproc 4     4 ranks, with torch's own log lines and full tracebacks
+  torchrun --nproc-per-node 8 -m accelbackends check
+                                       join the ranks torchrun started
+  accelbackends check --json | jq .ok  one JSON object, also on failure
+
+exit status: 0 ok, 1 a check failed or a rank died, 2 bad input (a flag or a variable).
+"""
+
+
+def _docs_link() -> str:
+    """Where the documentation lives: the distribution's Documentation URL, where it has one."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("accelbackends").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("documentation", "docs"):
+            return f"documentation: {url.strip()}"
+    return "documentation: the docs/ folder of the source (mkdocs), Troubleshooting first"
+
+
 class _Formatter(argparse.HelpFormatter):
-    """argparse's own, told the terminal's width: argparse makes one for every argument added
-    and would import shutil (and with it bz2 and lzma) each time to ask."""
+    """Wraps descriptions as usual but keeps a text with its own line breaks (the examples).
+
+    Told the terminal's width: argparse makes one for every argument added and would import
+    shutil (and with it bz2 and lzma) each time to ask."""
 
     def __init__(
         self,
@@ -52,15 +89,37 @@ class _Formatter(argparse.HelpFormatter):
     ) -> None:
         super().__init__(prog, indent_increment, max_help_position, width or columns())
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class _UsageError(Exception):
+    """argparse refused the command line; ``main`` reports it (as JSON too, where asked)."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+#: Ends the process if ``_raise_terminated`` cannot run (main thread stuck in native code).
+_watchdog: Watchdog | None = None
+
+
+class _Later(str):
+    """An epilog completed with the documentation link only when help is shown: finding the
+    link reads the package metadata (importlib.metadata), which ``info`` must not pay for."""
+
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
     #: Adds this parser's arguments on first use: ``check``'s come from accelbackends.check,
     #: which ``info`` must not pay for importing.
     deferred: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
         if self.deferred is not None:
@@ -68,9 +127,57 @@ class _Parser(argparse.ArgumentParser):
             add_arguments(self)
         return super().parse_known_args(*args, **kwargs)
 
+    def format_help(self) -> str:
+        if isinstance(self.epilog, _Later):
+            self.epilog = str(self.epilog) + _docs_link()
+        return super().format_help()
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse's own usage errors already exit 2; keep them to one line plus the hint.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # One prefix for every error, argparse's and ours: "accelbackends: error: ...", with
+        # the help of the (sub)command that refused the argument.
+        choice = re.match(r"argument COMMAND: invalid choice: '(.*?)'", message)
+        if choice:
+            import difflib
+
+            close = difflib.get_close_matches(choice.group(1), _COMMANDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            message = (
+                f"{clean(repr(choice.group(1)), 200)} is not a command{hint} "
+                f"(commands: {', '.join(_COMMANDS)})"
+            )
+        unknown = re.match(r"unrecognized arguments: (-[^\s=]+)", message)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown.group(1), _all_options(self), n=1)
+            if close:
+                message += f"; did you mean {close[0]}?"
+        raise _UsageError(message, self.prog)
+
+
+_COMMANDS = ("info", "check")
+
+
+def _all_options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands (argparse reports an unknown
+    option of a subcommand from the top-level parser)."""
+    found: list[str] = []
+    for action in parser._actions:
+        found += [o for o in action.option_strings if o.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _all_options(sub)
+    return found
+
+
+def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="show torch's own C++ log lines and full tracebacks",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,28 +187,44 @@ def _parser() -> argparse.ArgumentParser:
         prog="accelbackends",
         description="Which accelerator, device and communication backend this process uses, "
         "and proof that the ranks can talk.",
+        epilog=_Later(_EXAMPLES),
+        formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"accelbackends {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show torch's own C++ log lines and full tracebacks",
-    )
+    parser.add_argument("-V", "--version", action="version", version=f"accelbackends {__version__}")
+    _verbose_flag(parser, False)
     # prog given: argparse would otherwise render a usage line to find it, which imports
     # shutil (and with it bz2 and lzma) for the terminal width.
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=_Parser, prog=parser.prog
     )
-    commands.required = True
     info = commands.add_parser(
-        "info", help="what this node has, what would be chosen and why (does not import torch)"
+        "info",
+        help="what this node has, what would be chosen and why (does not import torch)",
+        description="What this node has, which accelerator and backend would be chosen and "
+        "why, the cluster environment the launcher variables describe, and the "
+        "ACCELBACKENDS_* variables set. A bad variable is shown where it applies; the report "
+        "is still printed. Exit 0: no problem found; 2: a bad variable or override. Does not "
+        "import torch.",
+        epilog=_Later(),
+        formatter_class=_Formatter,
     )
-    info.add_argument("--json", action="store_true", help="print one JSON object")
+    # -v after the subcommand too (``accelbackends check -v``); SUPPRESS keeps the value given
+    # before it.
+    _verbose_flag(info, argparse.SUPPRESS)
+    shown = info.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print one JSON object")
+    shown.add_argument(
+        "--report",
+        action="store_true",
+        help="print a block to paste into a bug report: versions, platform, the report",
+    )
     info.add_argument("--all", action="store_true", help="list the built-in plugins too")
     check = commands.add_parser(
-        "check", help="start (or join) the ranks, verify collectives and measure bandwidth"
+        "check",
+        help="start (or join) the ranks, verify collectives and measure bandwidth",
+        epilog=_Later(),
     )
+    _verbose_flag(check, argparse.SUPPRESS)
     check.deferred = _check_arguments
     return parser
 
@@ -112,50 +235,152 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
 
 
-def _info(args: argparse.Namespace) -> int:
-    from .info import collect, render
+def _info(args: argparse.Namespace, argv: list[str]) -> int:
+    from .info import collect, render, render_bug_report
     from .registry import default_registry
 
     report = collect(default_registry(), show_all=args.all)
-    say(json.dumps(report, indent=2) if args.json else render(report))
+    if args.json:
+        say(json.dumps(report, indent=2), plain=True)
+    elif args.report:
+        say(render_bug_report(report, argv), plain=True)
+    else:
+        say(render(report, terminal_width()))
+    if report["error"]:
+        if not args.json:
+            print(f"accelbackends: error: {clean(report['error'])}", file=sys.stderr)
+        return EXIT_USAGE if report["error_kind"] == "bad input" else EXIT_FAILED
     return EXIT_OK
+
+
+def _json_failure(args: argparse.Namespace, exc: BaseException, message: str = "") -> None:
+    """``check --json`` prints exactly one JSON object, also when it fails before any rank ran
+    (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
+    if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
+        return
+    from .check.report import failure_report, print_json
+    from .registry import default_registry
+
+    try:
+        rank = default_registry().cluster_environment().rank
+    except Exception:
+        rank = 0  # the launcher variables are the problem: every rank says so
+    if rank != 0:
+        return  # under a launcher rank 0 reports, as on success
+
+    error = message or clean(first_line(exc))
+    print_json(failure_report(error, getattr(exc, "report_so_far", None)))
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether a command line that argparse refused asked for ``check --json``."""
+    return "check" in argv and "--json" in argv
+
+
+def _show_warnings_as_one_line() -> None:
+    """The package's warnings as ``accelbackends: warning: ...`` (yellow on a terminal) instead
+    of Python's ``path:line: Category: message`` and a source line; others as Python shows them."""
+    from .plugin.errors import AccelBackendsWarning
+
+    python_way = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, AccelBackendsWarning):
+            python_way(message, category, filename, lineno, file, line)
+            return
+        stream = file or sys.stderr
+        prefix = colour("accelbackends: warning:", "yellow", stream)
+        with contextlib.suppress(OSError):
+            print(f"{prefix} {clean(str(message))}", file=stream)
+
+    warnings.showwarning = show
+
+
+def _show_library_messages() -> None:
+    """The library's progress and warnings (e.g. "waiting for ranks: 1/2 joined …"), logged
+    under ``accelbackends``, as plain lines on stderr."""
+    import logging
+
+    logger = logging.getLogger("accelbackends")
+    if not any(getattr(h, "_accelbackends_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("accelbackends: %(message)s"))
+        handler._accelbackends_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
+    _show_warnings_as_one_line()
     parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        # Nothing asked: show what can be asked, as git and pip do (exit 0: not an error).
+        say(parser.format_help().rstrip(), plain=True)
+        return EXIT_OK
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("a command is required: info or check")
+    except _UsageError as exc:
+        if _wants_json(argv):
+            from .check.report import failure_report, print_json
+
+            print_json(failure_report(clean(str(exc))))
+        print(f"accelbackends: error: {clean(str(exc))} (see {exc.prog} --help)", file=sys.stderr)
+        return EXIT_USAGE
     if not args.verbose:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    global _watchdog
+    _show_library_messages()
     restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:
+        try:
+            return _run(args, argv)
+        finally:
+            _watchdog = None
+            signal.signal(signal.SIGTERM, previous)
+            restore_stdout()
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "info":
-            return _info(args)
+            return _info(args, argv)
         from . import check as check_command
 
         return check_command.run(args)
     except ConfigError as exc:
+        _json_failure(args, exc)
         if args.verbose:
             raise
-        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except AccelBackendsError as exc:
+        _json_failure(args, exc)
         if args.verbose:
             raise
-        print(f"accelbackends: error: {first_line(exc)}", file=sys.stderr)
+        print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        _json_failure(args, exc, "interrupted (SIGINT)")
         print("accelbackends: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except _Terminated:
+    except _Terminated as exc:
+        _json_failure(args, exc, "terminated (SIGTERM)")
         print("accelbackends: terminated", file=sys.stderr)
         return EXIT_TERMINATED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        restore_stdout()
 
 
 def run() -> None:

@@ -1,22 +1,37 @@
 """What ``accelbackends info`` reports: plugins, detection, selection, cluster, overrides, versions.
 
 Everything here is read without importing torch: torch's version comes from its installed
-metadata.
+metadata. ``info`` is what a user runs to find out what is wrong, so a bad override or launcher
+variable does not stop the report: each section that cannot be computed carries its ``error``,
+shown where it applies, and the report's own ``error`` is the first of them (the CLI then exits
+2).
 """
 
 from __future__ import annotations
 
+import platform
 import sys
 from typing import Any
 
-from . import affinity
+from . import affinity, membership, network
 from .plugin import config
+from .plugin.errors import AccelBackendsError, ConfigError, first_line
 from .plugin.packages import installed
-from .plugin.text import aligned
+from .plugin.text import aligned, wrap
 from .registry import Registry
 from .selection import select
 
-__all__ = ["collect", "render"]
+__all__ = ["collect", "render", "render_bug_report"]
+
+_CLUSTER_KEYS = (
+    "rank",
+    "world_size",
+    "local_rank",
+    "local_world_size",
+    "node_rank",
+    "master_addr",
+    "master_port",
+)
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -25,117 +40,210 @@ def _installed_version(distribution: str) -> str | None:
 
 
 def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
-    """The report as plain data (what ``info --json`` prints)."""
-    from ._version import __version__
+    """The report as plain data (what ``info --json`` prints).
 
-    plugins = [
-        {
-            "name": p.name,
-            "distribution": p.distribution,
-            "version": p.version,
-            "status": p.status,
-            "error": p.error,
-            "builtin": p.builtin,
-        }
-        for p in registry.plugins
-        if show_all or not p.builtin or p.status != "active"
-    ]
-    candidates = registry.detect()
-    accelerators = [
-        {
-            "name": c.name,
-            "plugin": c.plugin,
-            "available": c.available,
-            "device_count": c.detection.device_count,
-            "priority": c.spec.priority,
-            "backends": list(c.spec.backends),
-            "default_backend": c.spec.default_backend,
-            "reason": c.detection.reason,
-        }
-        for c in candidates
-    ]
-    selection = select(registry=registry)
-    cluster = registry.cluster_environment()
+    Never raises for bad input: a section that cannot be computed has an ``error``, and so
+    has the report (the first one; ``errors`` lists them all).
+    """
+    errors: list[str] = []
+    bad_input: list[bool] = []
+
+    def failed(exc: AccelBackendsError) -> str:
+        errors.append(first_line(exc))
+        bad_input.append(isinstance(exc, ConfigError))
+        return errors[-1]
+
+    plugins: list[dict[str, Any]] = []
+    accelerators: list[dict[str, Any]] = []
+    plugins_error = None
+    try:
+        plugins = [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "version": p.version,
+                "status": p.status,
+                "error": p.error,
+                "builtin": p.builtin,
+            }
+            for p in registry.plugins
+            if show_all or not p.builtin or p.status != "active"
+        ]
+        accelerators = [
+            {
+                "name": c.name,
+                "plugin": c.plugin,
+                "available": c.available,
+                "device_count": c.detection.device_count,
+                "priority": c.spec.priority,
+                "backends": list(c.spec.backends),
+                "default_backend": c.spec.default_backend,
+                "reason": c.detection.reason,
+            }
+            for c in registry.detect()
+        ]
+    except AccelBackendsError as exc:
+        plugins_error = failed(exc)
+    selected: dict[str, Any] = dict.fromkeys(
+        ("accelerator", "backend", "reason", "backend_reason", "error")
+    )
+    selection = None
+    if plugins_error is None:
+        try:
+            selection = select(registry=registry)
+            selected.update(
+                accelerator=selection.accelerator,
+                backend=selection.backend,
+                reason=selection.reason,
+                backend_reason=selection.backend_reason,
+            )
+        except AccelBackendsError as exc:
+            selected["error"] = failed(exc)
+    else:
+        selected["error"] = f"not selected: {plugins_error}"
+    cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
+    found = None
+    try:
+        found = registry.cluster_environment() if plugins_error is None else None
+    except AccelBackendsError as exc:
+        cluster["error"] = failed(exc)
+    else:
+        if found is None:
+            cluster["error"] = f"not recognised: {plugins_error}"
+        else:
+            cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
+            cluster.update(sources=dict(found.sources), error=None)
+            if found.world_size > 1 and found.master_addr is not None:
+                # The address rank 0 will host on and the others dial: flag it here, where the
+                # user looks, instead of at the end of a rendezvous timeout.
+                where = found.source("master_addr")
+                problem = network.master_addr_problem(
+                    found.master_addr, where, check_resolves=False
+                )
+                if problem is not None:
+                    cluster["error"] = problem
+                    errors.append(problem)
+                    bad_input.append(True)
+                else:
+                    # Only a warning: info may run where the compute nodes' names do not
+                    # resolve (a login node); rank 0 refuses the same name with exit 2.
+                    cluster["warning"] = network.master_addr_problem(found.master_addr, where)
+    cpu_affinity: dict[str, Any] = {"error": "not planned: no accelerator was selected"}
+    if selection is not None and found is not None:
+        try:
+            cpu_affinity = affinity.collect(registry, selection.status, found)
+        except AccelBackendsError as exc:
+            cpu_affinity = {"error": failed(exc)}
+    elif found is None:
+        cpu_affinity = {"error": "not planned: the cluster environment is not known"}
+    membership_line = membership.describe(registry.env)
+    if membership_line.startswith("error: "):
+        errors.append(membership_line.removeprefix("error: "))
+        bad_input.append(True)
+    override_errors = config.validate(registry.env)
+    new = [message for message in override_errors.values() if message not in errors]
+    errors += new
+    bad_input += [True] * len(new)
     return {
+        "error": errors[0] if errors else None,
+        "errors": errors,
+        # Bad input (a variable, an override: exit 2) or a plugin that failed (exit 1).
+        "error_kind": None if not errors else "bad input" if any(bad_input) else "failure",
         "plugins": plugins,
+        "plugins_error": plugins_error,
         "accelerators": accelerators,
-        "selected": {
-            "accelerator": selection.accelerator,
-            "backend": selection.backend,
-            "reason": selection.reason,
-            "backend_reason": selection.backend_reason,
-        },
-        "cluster": {
-            "launcher": cluster.launcher,
-            "rank": cluster.rank,
-            "world_size": cluster.world_size,
-            "local_rank": cluster.local_rank,
-            "local_world_size": cluster.local_world_size,
-            "node_rank": cluster.node_rank,
-            "master_addr": cluster.master_addr,
-            "master_port": cluster.master_port,
-            "sources": dict(cluster.sources),
-        },
-        "cpu_affinity": affinity.collect(registry, selection.status, cluster),
+        "selected": selected,
+        "cluster": cluster,
+        "membership": membership_line,
+        "cpu_affinity": cpu_affinity,
         "overrides": config.overrides(registry.env),
-        "versions": {
-            "python": sys.version.split()[0],  # what platform.python_version() reads
-            "torch": _installed_version("torch"),
-            "pluggy": _installed_version("pluggy"),
-            "accelbackends": __version__,
-        },
+        "override_errors": override_errors,
+        "unknown_variables": _unknown_variables(registry),
+        "versions": versions(),
+        "platform": platform.platform(),
     }
 
 
-def render(report: dict[str, Any]) -> str:
-    """The report as text for a terminal."""
+def _unknown_variables(registry: Registry) -> dict[str, str]:
+    """``ACCELBACKENDS_*`` variables nobody reads: neither the package nor a plugin that owns
+    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (a site-policy plugin's settings file, say)."""
+    try:
+        owners = tuple(
+            f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in registry.plugins
+        )
+    except AccelBackendsError:
+        owners = ()
+    return {k: v for k, v in config.unknown(registry.env).items() if not k.startswith(owners)}
+
+
+def versions() -> dict[str, str | None]:
+    """Python, torch, pluggy and accelbackends, read without importing torch."""
+    from ._version import __version__
+
+    return {
+        "python": platform.python_version(),
+        "torch": _installed_version("torch"),
+        "pluggy": _installed_version("pluggy"),
+        "accelbackends": __version__,
+    }
+
+
+def render(report: dict[str, Any], width: int | None = None) -> str:
+    """The report as text for a terminal, wrapped to ``width`` where given."""
     lines: list[str] = []
     selected = report["selected"]
-    lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
-    lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
+    if selected["error"]:
+        lines.append(f"selected: none: error: {selected['error']}")
+    else:
+        lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
+        lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
     lines.append("")
-    lines.append("accelerators:")
-    rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
-    for acc in report["accelerators"]:
-        backends = ",".join(f"{b}*" if b == acc["default_backend"] else b for b in acc["backends"])
-        rows.append(
-            [
-                acc["name"],
-                "yes" if acc["available"] else "no",
-                str(acc["device_count"]),
-                str(acc["priority"]),
-                backends,
-                acc["plugin"],
-                acc["reason"],
-            ]
-        )
-    lines += aligned(rows, "  ")
-    lines.append("  (* default backend)")
+    if report["plugins_error"]:
+        lines.append(f"accelerators: not detected: error: {report['plugins_error']}")
+    else:
+        lines.append("accelerators:")
+        rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
+        for acc in report["accelerators"]:
+            backends = ",".join(
+                f"{b}*" if b == acc["default_backend"] else b for b in acc["backends"]
+            )
+            rows.append(
+                [
+                    acc["name"],
+                    "yes" if acc["available"] else "no",
+                    str(acc["device_count"]),
+                    str(acc["priority"]),
+                    backends,
+                    acc["plugin"],
+                    acc["reason"],
+                ]
+            )
+        lines += aligned(rows, "  ", width)
+        lines.append("  (* default backend)")
     lines.append("")
     cluster = report["cluster"]
-    lines.append(f"cluster: {cluster['launcher']}")
-    sources = cluster["sources"]
-    rows = []
-    for key in (
-        "rank",
-        "world_size",
-        "local_rank",
-        "local_world_size",
-        "node_rank",
-        "master_addr",
-        "master_port",
-    ):
-        value = cluster[key]
-        rows.append(
+    lines.append(f"cluster: {cluster['launcher'] or 'unknown'}")
+    if cluster.get("error"):
+        lines[-1] += f": error: {cluster['error']}"
+    if cluster.get("warning"):
+        lines.append(f"  warning: {cluster['warning']}")
+    if cluster["launcher"] is not None:
+        sources = cluster["sources"]
+        rows = [
             [
                 key,
-                "-" if value is None else str(value),
+                "-" if cluster[key] is None else str(cluster[key]),
                 f"from {sources[key]}" if key in sources else "",
             ]
-        )
-    lines += aligned(rows, "  ")
+            for key in _CLUSTER_KEYS
+        ]
+        lines += aligned(rows, "  ", width)
     lines.append("")
-    lines += [*affinity.render(report["cpu_affinity"]), ""]
+    if "mode" in report["cpu_affinity"]:
+        lines += [*affinity.render(report["cpu_affinity"]), ""]
+    else:
+        why = report["cpu_affinity"]["error"]
+        lines += [f"cpu affinity: {'error: ' if why in report['errors'] else ''}{why}", ""]
     plugins = report["plugins"]
     lines.append(
         "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"
@@ -146,15 +254,66 @@ def render(report: dict[str, Any]) -> str:
             [p["name"], p["distribution"] or "-", p["version"] or "-", p["status"], p["error"]]
             for p in plugins
         ]
-        lines += aligned(rows, "  ")
+        lines += aligned(rows, "  ", width)
+    lines.append("")
+    lines.append(f"membership: {report['membership']}")
     lines.append("")
     overrides = report["overrides"]
     lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")
-    lines += [f"  {key}={value}" for key, value in overrides.items()]
+    notes = report["override_errors"] | {
+        key: f"warning: {note}" for key, note in report["unknown_variables"].items()
+    }
+    rows = [
+        [f"{key}={config.shown(value)[1:-1]}", _note(notes.get(key))]
+        for key, value in overrides.items()
+    ]
+    if rows:
+        lines += aligned(rows, "  ", width)
     versions = report["versions"]
     lines.append("")
     lines.append(
         "versions: "
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items())
     )
+    return "\n".join(wrap(line, width) for line in lines)
+
+
+def _note(message: str | None) -> str:
+    if message is None:
+        return ""
+    return message if message.startswith("warning: ") else f"error: {message}"
+
+
+def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
+    """``info --report``: one Markdown block to paste into a bug report: versions, platform,
+    how the command was run, the launcher variables it saw, and the whole report."""
+    import os
+
+    from .testing.cluster import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
+
+    launcher = {
+        key: config.shown(value)[1:-1]
+        for key, value in sorted(os.environ.items())
+        if (key in LAUNCHER_VARIABLES or key.startswith(LAUNCHER_PREFIXES))
+        and not key.startswith(config.PREFIX)
+    }
+    lines = [
+        "<!-- accelbackends info --report: paste everything below into the issue -->",
+        "```text",
+        f"accelbackends {report['versions']['accelbackends']}",
+        f"platform: {report['platform']}",
+        f"python: {sys.version.split()[0]} ({platform.python_implementation()}) at "
+        f"{os.path.basename(sys.executable)}",
+        "packages: "
+        + ", ".join(
+            f"{name} {version or 'not installed'}"
+            for name, version in report["versions"].items()
+            if name != "python"
+        ),
+        f"command: accelbackends {' '.join(argv)}".rstrip(),
+        "launcher variables: " + (", ".join(f"{k}={v}" for k, v in launcher.items()) or "none"),
+        "",
+        render(report),
+        "```",
+    ]
     return "\n".join(lines)

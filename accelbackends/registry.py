@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from . import accelerators, environments
+from ._frames import caller_stacklevel, without_pluggy_frames
 from .isolation import Call, PluginTimeout, bounded, codes_of, failure
 from .plugin import _installed, config, hookspecs
 from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
@@ -213,10 +214,15 @@ class Registry:
     def _fail(self, name: str, dist: str, version: str, error: str, builtin: bool = False) -> None:
         self._plugins[name] = PluginInfo(name, dist, version, "failed", error, builtin)
         where = f" ({dist} {version})" if dist else ""
+        remedy = (
+            f"fix or uninstall {dist}, or set {config.DISABLE}={name} to skip it"
+            if dist and not builtin
+            else f"set {config.DISABLE}={name} to skip it"
+        )
         warnings.warn(
-            f"accelbackends plugin {name!r}{where} was not loaded: {error}",
+            f"accelbackends plugin {name!r}{where} was not loaded: {error}; {remedy}",
             PluginWarning,
-            stacklevel=4,
+            stacklevel=caller_stacklevel(),
         )
 
     def _register(
@@ -343,8 +349,8 @@ class Registry:
             result = self._bounded_hook(
                 hook, "recognising the cluster environment", functools.partial(hook, env=self.env)
             )
-        except ConfigError:
-            raise
+        except ConfigError as exc:
+            raise without_pluggy_frames(exc) from None
         except PluginError:
             raise
         except Exception as exc:
@@ -384,7 +390,9 @@ class Registry:
         except ConfigError as exc:
             # A policy plugin's verdict on bad configuration: bad input (exit 2), still named.
             culprit = _culprit(hook, exc)
-            raise ConfigError(f"plugin {culprit!r}: {exc}" if culprit else str(exc)) from exc
+            raise ConfigError(
+                f"plugin {culprit!r}: {exc}" if culprit else str(exc)
+            ) from without_pluggy_frames(exc)
         except Exception as exc:
             raise self._hook_error(hook, exc, "adjusting the backend options") from exc
         if not isinstance(result, BackendOptions):
@@ -402,6 +410,7 @@ class Registry:
             raise self._hook_error(hook, exc, "running the post-init hook") from exc
 
     def _hook_error(self, hook: Any, exc: Exception, doing: str) -> PluginError:
+        without_pluggy_frames(exc)  # the chained traceback then goes straight to the plugin
         culprit = _culprit(hook, getattr(exc, "original", exc))
         who = f"plugin {culprit!r}" if culprit else f"one of the plugins {_impl_names(hook)}"
         return PluginError(f"{who} failed while {doing}: {failure(exc)}")

@@ -9,13 +9,28 @@ is safe, which is what lets functions defined in a notebook cell or a script rea
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
 others are stopped at once and the parent raises
 [`SpawnError`][accelbackends.SpawnError] naming the rank; no child outlives the call.
+
+What a rank returns arrives whole and owned by the parent: each rank pickles its result itself
+(with the standard pickler, so a tensor travels as its bytes instead of as a file descriptor to
+shared memory that dies with the rank), and tensors on a device are copied to the CPU first. A
+rank's exception stays catchable by its type: the `SpawnError` raised is also an instance of the
+rank's exception class where that class can be combined with it (`except ValueError` catches a
+rank's `ValueError`), with the rank and its traceback in the message.
+
+Once a rank's function has returned, the parent waits for that rank to exit at most
+`EXIT_GRACE` seconds (a non-daemon thread left running would keep it forever), then ends it,
+and ends whatever it left behind: every rank leads its own process group, and on Linux the
+parent adopts the processes a rank detached (a child subreaper), so helpers that outlive their
+rank are stopped too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
+import math
 import multiprocessing
 import os
 import pickle
@@ -34,7 +49,7 @@ from .affinity import resolve_mode
 from .isolation import stuck
 from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
-from .plugin.errors import ConfigError, SpawnError
+from .plugin.errors import ConfigError, SpawnError, describe
 from .plugin.types import ClusterInfo
 from .selection import select
 
@@ -49,7 +64,14 @@ TERMINATE_GRACE = 3.0
 SETTLE = 0.5
 #: How far back a rank that died without reporting is dated when failures are ordered.
 DEATH_LEAD = 0.5
+#: After a rank's function returned, how long the rank may take to exit before it is ended.
+EXIT_GRACE = 5.0
+#: The prefix of the private folders and files spawn() and check make in the temp folder; the
+#: owner's process id follows, so that a later run removes those whose owner was killed.
+TEMP_PREFIX = "accelbackends-"
 _runs = itertools.count()
+#: Rank exception classes combined with SpawnError, by original class (one class per type).
+_combined: dict[type, type] = {}
 
 
 def _device_runtime_initialised() -> str | None:
@@ -77,17 +99,32 @@ def _start_method(requested: str | None, fn: Callable[..., Any]) -> str:
         unsafe = _device_runtime_initialised() or stuck()
         method = "fork" if "fork" in methods and not unsafe else "spawn"
     if method != "fork":
-        try:
-            pickle.dumps(fn)
-        except Exception as exc:
+        problem = _unimportable(fn)
+        if problem is None:
+            try:
+                pickle.dumps(fn)
+            except Exception as exc:
+                problem = str(exc)
+        if problem is not None:
             raise ConfigError(
                 f"fn={getattr(fn, '__qualname__', fn)!r} cannot be pickled for "
-                f"start_method={method!r} ({exc}); functions defined in a notebook or in a "
+                f"start_method={method!r} ({problem}); functions defined in a notebook or in a "
                 "script read from stdin need start_method='fork', which is only safe before "
                 "a device runtime (CUDA, XPU) was initialised in this process and while no "
                 f"plugin call is stuck in it{_stuck_note()}"
             ) from None
     return method
+
+
+def _unimportable(fn: Callable[..., Any]) -> str | None:
+    """Why a new interpreter could not find ``fn`` although pickle accepts it by reference:
+    it lives in a ``__main__`` that is not a file (stdin, ``python -c``, a notebook)."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return None
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path and os.path.isfile(path):
+        return None
+    return "it is defined in __main__, which a new interpreter cannot import"
 
 
 def _stuck_note() -> str:
@@ -126,6 +163,10 @@ def _child(
     if store_fd >= 0:
         with contextlib.suppress(OSError):
             os.close(store_fd)  # the parent's listening socket, inherited through fork
+    # Lead a process group of our own: whatever this rank starts and leaves behind can be
+    # ended with it.
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     # The parent stops ranks with SIGTERM: die by it, whatever handler the parent installed.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
@@ -156,6 +197,7 @@ def _child(
                 str(exc),
                 traceback.format_exc(),
                 time.monotonic(),
+                _class_reference(type(exc)),
             )
         )
         conn.close()
@@ -163,21 +205,89 @@ def _child(
         sys.exit(1)
     destroy()
     try:
-        conn.send(("ok", cluster.rank, result))
+        payload = _dumps(result)
     except Exception as exc:  # an unpicklable result
         conn.send(
             (
                 "error",
                 cluster.rank,
-                type(exc).__name__,
-                f"the return value of fn cannot be sent back: {exc}",
+                "",
+                f"returned a {_type_name(result)} that cannot be sent back to the parent "
+                f"({describe(exc)}); return plain data, tensors or arrays",
                 "",
                 time.monotonic(),
+                None,
             )
         )
+        conn.close()
         sys.exit(1)
+    try:
+        conn.send(("ok", cluster.rank, None))
+        conn.send_bytes(payload)
     finally:
         conn.close()
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+def _dumps(result: Any) -> bytes:
+    """``result`` as bytes the parent owns: the standard pickler copies a tensor's data (the
+    multiprocessing one would send a file descriptor to memory that goes with this process),
+    and a tensor on a device is copied to the CPU first, so that unpickling never touches the
+    parent's device runtime."""
+    buffer = io.BytesIO()
+    _ResultPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
+    return buffer.getvalue()
+
+
+class _ResultPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            return obj.detach().cpu().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
+
+
+def _class_reference(kind: type) -> bytes | None:
+    """The exception class pickled by reference, where the parent can find it again."""
+    try:
+        return pickle.dumps(kind)
+    except Exception:
+        return None
+
+
+def _rank_error(message: str, rank: int, trace: str, reference: bytes | None) -> SpawnError:
+    """A `SpawnError` that is also an instance of the rank's exception class, where the
+    two combine (``except ValueError`` then catches a rank's ``ValueError``)."""
+    original: Any = None
+    if reference is not None:
+        with contextlib.suppress(Exception):
+            original = pickle.loads(reference)
+    if (
+        isinstance(original, type)
+        and issubclass(original, Exception)
+        and not issubclass(original, SpawnError)
+    ):
+        combined = _combined.get(original)
+        if combined is None:
+            with contextlib.suppress(TypeError):
+                combined = type(
+                    "SpawnError", (SpawnError, original), {"__module__": SpawnError.__module__}
+                )
+                _combined[original] = combined
+        if combined is not None:
+            with contextlib.suppress(Exception):
+                error = combined(message, rank=rank, traceback=trace)
+                error.args = (message,)
+                return error  # type: ignore[no-any-return]
+    return SpawnError(message, rank=rank, traceback=trace)
 
 
 def _exit_description(code: int | None) -> str:
@@ -209,10 +319,15 @@ def spawn(
             `backend=`, `timeout=`, `seed=`, and `registry=` with the fork start method).
 
     Returns:
-        The return values of ``fn``, indexed by rank.
+        The return values of ``fn``, indexed by rank, owned by this process: tensors arrive
+        whole (a tensor on a device is copied to the CPU by its rank), as do numpy arrays and
+        containers of them.
 
     Raises:
-        SpawnError: A rank raised or died; names the rank and carries its message.
+        SpawnError: A rank raised or died; names the rank and carries its message and
+            traceback. Where a rank raised, the error is also an instance of that exception's
+            class (`except ValueError` catches a rank's `ValueError`), unless the class cannot
+            be found in this process or combined with `SpawnError`.
     """
     if not callable(fn):
         raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")
@@ -247,8 +362,12 @@ def spawn(
 
         # Asked once here rather than in every rank (1-2 ms each on 2 cores).
         _loopback()
-    workdir = tempfile.mkdtemp(prefix="accelbackends-spawn-")  # mode 0700: this user only
+    remove_stale_temp()
+    # mode 0700: this user only; the process id in the name lets a later run remove it if this
+    # process is killed before its own cleanup runs.
+    workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
     server = LocalStoreServer(os.path.join(workdir, "store.sock"))
+    adopter = _Adopter()
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
     processes: dict[int, multiprocessing.process.BaseProcess] = {}
     connections: dict[Connection, int] = {}
@@ -288,10 +407,151 @@ def spawn(
         return _collect(processes, connections)
     finally:
         _stop(processes.values())
+        adopter.end({p.pid for p in processes.values() if p.pid is not None})
         for conn in connections:
             conn.close()
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def private_temp_file(kind: str, suffix: str) -> str:
+    """A new file only this user can read, named so that `remove_stale_temp` removes it
+    once this process is gone."""
+    remove_stale_temp()
+    handle, path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{kind}-{os.getpid()}-", suffix=suffix)
+    os.close(handle)
+    return path
+
+
+def remove_stale_temp() -> None:
+    """Remove the folders and files that spawn() and check left in the temp folder when their
+    process was killed (their owner's process id no longer runs)."""
+    folder = tempfile.gettempdir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(TEMP_PREFIX):
+            continue
+        parts = name[len(TEMP_PREFIX) :].split("-")
+        if len(parts) < 3 or parts[0] not in ("spawn", "check") or not parts[1].isdigit():
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.stat(path).st_uid != os.getuid() or _running(int(parts[1])):
+                continue
+        except OSError:
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Adopter:
+    """While ranks run, this process adopts what they orphan (Linux's child subreaper), so that
+    a helper a rank detached (a new session, a double fork) can be found and ended with them."""
+
+    _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+
+    def __init__(self) -> None:
+        self._before = _children()
+        self._previous: int | None = None
+        self._prctl: Any = None
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(Exception):
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                current = ctypes.c_int(0)
+                asked = libc.prctl(self._PR_GET_CHILD_SUBREAPER, ctypes.byref(current), 0, 0, 0)
+                if asked == 0 and libc.prctl(self._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+                    self._previous, self._prctl = current.value, libc.prctl
+
+    def end(self, ranks: set[int]) -> None:
+        """End and reap the processes adopted from the ranks, then stop adopting."""
+        try:
+            if self._prctl is None:
+                return
+            session = os.getsid(0)
+            adopted = [
+                pid
+                for pid in _children() - self._before - ranks
+                # A rank's leftover: still in a rank's group, or detached into a session of its
+                # own (this process's other children share its session).
+                if _group(pid) in ranks or _session(pid) not in (session, None)
+            ]
+            for signum in (signal.SIGTERM, signal.SIGKILL):
+                for pid in adopted:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signum)
+                        os.kill(pid, signal.SIGCONT)
+                if signum == signal.SIGTERM:
+                    adopted = [pid for pid in adopted if not _reaped(pid, TERMINATE_GRACE)]
+            for pid in adopted:
+                _reaped(pid, TERMINATE_GRACE)
+        finally:
+            if self._prctl is not None:
+                self._prctl(self._PR_SET_CHILD_SUBREAPER, self._previous or 0, 0, 0, 0)
+                self._prctl = None
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux's /proc; empty elsewhere)."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit() and _stat_field(int(name), 1) == me:
+            found.add(int(name))
+    return found
+
+
+def _stat_field(pid: int, index: int) -> int | None:
+    """Field ``index`` after the state in /proc/PID/stat: 1 ppid, 2 process group, 3 session."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[index])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _group(pid: int) -> int | None:
+    return _stat_field(pid, 2)
+
+
+def _session(pid: int) -> int | None:
+    return _stat_field(pid, 3)
+
+
+def _reaped(pid: int, within: float) -> bool:
+    """Wait up to ``within`` seconds for child ``pid`` to exit and reap it."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if done:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _collect(
@@ -303,36 +563,66 @@ def _collect(
     failures: list[tuple[float, SpawnError]] = []
     pending = dict(connections)
     sentinels = {p.sentinel: rank for rank, p in processes.items()}
+    #: When each rank that reported its result must have exited by (see EXIT_GRACE).
+    exit_by: dict[int, float] = {}
     settle_until: float | None = None
+    total = len(processes)
     while pending or sentinels:
-        timeout = None if settle_until is None else max(0.0, settle_until - time.monotonic())
+        deadlines = [d for r, d in exit_by.items() if r in sentinels.values()]
+        if settle_until is not None:
+            deadlines.append(settle_until)
+        timeout = None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
         ready_list = wait([*pending, *sentinels], timeout)
         if not ready_list:
-            break  # the settling window after the first failure is over
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break  # the settling window after the first failure is over
+            # A rank returned but does not exit (a thread it left running, a helper holding
+            # its exit pipe): stop waiting for it; _stop ends it and what it left behind.
+            now = time.monotonic()
+            for sentinel, rank in list(sentinels.items()):
+                if exit_by.get(rank, math.inf) <= now:
+                    del sentinels[sentinel]
+            continue
         for ready in ready_list:
             if isinstance(ready, Connection) and ready in pending:
                 rank = pending.pop(ready)
                 try:
                     message = ready.recv()
+                    payload = ready.recv_bytes() if message[0] == "ok" else b""
                 except EOFError:
                     continue
                 if message[0] == "ok":
-                    results[rank] = message[2]
+                    exit_by[rank] = time.monotonic() + EXIT_GRACE
+                    try:
+                        results[rank] = pickle.loads(payload)
+                    except Exception as exc:
+                        failures.append(
+                            (
+                                time.monotonic(),
+                                SpawnError(
+                                    f"rank {rank} of {total}: its return value cannot be "
+                                    f"unpickled in the parent ({describe(exc)})",
+                                    rank=rank,
+                                ),
+                            )
+                        )
                 else:
-                    _, rank, kind, text, trace, stamp = message
+                    _, rank, kind, text, trace, stamp, reference = message
                     failures.append(
                         (
                             stamp,
-                            SpawnError(
-                                f"rank {rank} of {len(processes)} raised {kind}: {text}"
+                            _rank_error(
+                                f"rank {rank} of {total} "
+                                + (f"raised {kind}: {text}" if kind else text)
                                 + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
-                                rank=rank,
-                                traceback=trace,
+                                rank,
+                                trace,
+                                reference,
                             ),
                         )
                     )
             elif isinstance(ready, int) and ready in sentinels:
-                rank = next(r for s_, r in sentinels.items() if s_ == ready)
+                rank = sentinels[ready]
                 conn = next((c for c, r in pending.items() if r == rank), None)
                 if conn is not None and conn.poll():
                     continue  # its report is waiting: read it first
@@ -349,7 +639,7 @@ def _collect(
                             # it back so that the death, the cause, is the one named.
                             time.monotonic() - DEATH_LEAD,
                             SpawnError(
-                                f"rank {rank} of {len(processes)} "
+                                f"rank {rank} of {total} "
                                 f"{_exit_description(process.exitcode)} without reporting a result",
                                 rank=rank,
                             ),
@@ -362,24 +652,70 @@ def _collect(
     if failures:
         failures.sort(key=lambda item: item[0])
         first = failures[0][1]
+        notes = []
         others = sorted({e.rank for _, e in failures[1:]} - {first.rank})
         if others:
-            which = f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
-            first.args = (f"{first.args[0]}\n\n({which} failed after it)",)
+            notes.append(
+                f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} "
+                "failed after it"
+            )
+        stopped = [r for r, p in processes.items() if r != first.rank and _is_stopped(p.pid)]
+        if stopped:
+            notes.append(
+                f"{'ranks' if len(stopped) > 1 else 'rank'} {', '.join(map(str, stopped))} "
+                "had been stopped by a signal (SIGSTOP, Ctrl-Z) and was not answering"
+            )
+        if notes:
+            first.args = (f"{first.args[0]}\n\n({'; '.join(notes)})",)
         raise first
     return [results[rank] for rank in sorted(results)]
 
 
+def _is_stopped(pid: int | None) -> bool:
+    """Whether ``pid`` is stopped by a signal (Linux's /proc; False where that cannot be read)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
+def _signal_group(process: multiprocessing.process.BaseProcess, signum: int) -> None:
+    """``signum`` to the rank's process group (the rank and what it started), or to the rank
+    alone where it did not lead one yet."""
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+            return
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        os.kill(pid, signum)
+
+
 def _stop(processes: Any) -> None:
-    """Terminate every rank still running (SIGTERM, then SIGKILL) and reap them all."""
+    """Terminate every rank still running and what the ranks left behind (SIGTERM, then
+    SIGKILL) and reap them all."""
+    processes = list(processes)
     alive = [p for p in processes if p.is_alive()]
     for process in alive:
-        process.terminate()
+        _signal_group(process, signal.SIGTERM)
+        _signal_group(process, signal.SIGCONT)  # a stopped rank acts on SIGTERM only once resumed
     deadline = time.monotonic() + TERMINATE_GRACE
     for process in alive:
         process.join(max(0.0, deadline - time.monotonic()))
         if process.is_alive():
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             process.join()
     for process in processes:
         process.join()
+        # Helpers still in the rank's group (the rank is gone; its group lives on in them).
+        if process.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "rendezvous-scale": "benchmarks.rendezvous_scale",
     "rendezvous-stalls": "benchmarks.rendezvous_stalls",
     "rendezvous-sim": "benchmarks.rendezvous_sim",
+    "membership": "benchmarks.membership",
     "local-stores": "benchmarks.local_stores",
     "check-overhead": "benchmarks.check_overhead",
     "cpu-affinity": "benchmarks.cpu_affinity",

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from conftest import _LAUNCHER_PREFIXES, _LAUNCHER_VARS, run_cli
 
+import accelbackends
 from accelbackends import check
 
 #: Tiny sweeps keep every run to a few seconds on a 2-core machine.
@@ -32,14 +33,16 @@ FAKE_COMM = '''
 """Test code only: accelerator "fakecomm" on the CPU with backends that run over Gloo but
 misbehave on purpose. partial: all_to_all is not implemented (said the way torch's backends say
 it). lying: all_reduce sums are off by one on rank 1. dies: rank 1 exits in broadcast. hangs:
-rank 1 sleeps in broadcast."""
+rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
+2 KiB all_reduce of the bandwidth sweep."""
 
 import os
+import signal
 import time
 
 import accelbackends
 
-BACKENDS = ("partial", "lying", "dies", "hangs")
+BACKENDS = ("partial", "lying", "dies", "hangs", "stops")
 
 
 def _register_backends():
@@ -58,6 +61,8 @@ def _register_backends():
             return self._name
 
         def allreduce(self, tensors, opts):
+            if self._name == "stops" and self.rank() == 1 and tensors[0].numel() == 512:
+                os.kill(os.getpid(), signal.SIGSTOP)  # 2 KiB: a size only the sweep uses
             work = self._gloo.allreduce(tensors, opts)
             if self._name == "lying" and self.rank() == 1 and opts.reduceOp == dist.ReduceOp.SUM:
                 work.wait()
@@ -258,31 +263,37 @@ def test_text_report_shows_each_step_an_aligned_table_and_the_verdict() -> None:
 # -- under a launcher ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "accelbackends",
-            "check",
-            "--json",
-            *QUICK,
-        ],
+def _torchrun_check(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 2 -m accelbackends check ARGS``."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    return subprocess.run(
+        [*torchrun, "2", "-m", "accelbackends", "check", *args],
         capture_output=True,
         text=True,
-        env=_child_env(),
-        timeout=120,
+        env=env,
+        timeout=180,
         check=False,
     )
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_zero_prints_the_only_report() -> None:
+    result = _torchrun_check("--json", *QUICK, env=_child_env())
     assert result.returncode == 0, result.stderr
     report = _report(result)  # one object: the other rank printed nothing
     assert (report["launcher"], report["world_size"], report["ok"]) == ("torchrun", 2, True)
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_dead_rank_still_gives_one_json_object_with_the_passed_checks(
+    fake_comm: Path,
+) -> None:
+    env = _child_env(ACCELBACKENDS_BACKEND="dies", PYTHONPATH=str(fake_comm))
+    result = _torchrun_check("--json", "--timeout", "10", *QUICK, env=env)
+    assert result.returncode != 0
+    report = _report(result)  # exactly one object, rank 0's, though rank 1 died
+    assert report["ok"] is False and report["error"]
+    assert report["launcher"] == "torchrun" and [r["rank"] for r in report["ranks"]] == [0, 1]
 
 
 def test_nproc_under_a_launcher_is_bad_input() -> None:
@@ -439,6 +450,34 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
     ]
     report = _report(result)  # still exactly one JSON object, saying what happened
     assert report["ok"] is False and "rank 1 of 2" in report["error"]
+
+
+@pytest.mark.slow
+def test_rank_that_stops_answering_is_named_and_the_passed_checks_stay_in_the_json(
+    fake_comm: Path,
+) -> None:
+    result = run_cli(
+        "check",
+        "--json",
+        "--timeout",
+        "8",
+        *QUICK,
+        pythonpath=fake_comm,
+        env={"ACCELBACKENDS_BACKEND": "stops"},
+        timeout=120,
+    )
+    assert result.returncode == 1
+    report = _report(result)
+    assert report["ok"] is False
+    assert report["error"].startswith("rank 1 (silent for ")
+    assert "stopped answering" in report["error"]
+    assert result.stderr.strip().splitlines()[-1] == f"accelbackends: error: {report['error']}"
+    # The checks before the stop are still reported, as are who ran where.
+    checks = _checks(report)
+    assert checks["all_reduce sum float32"]["ok"] is True and len(checks) > 20
+    assert [b["bytes"] for b in report["bandwidth"]] == [1024]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["hosts"] and report["versions"]["accelbackends"] == accelbackends.__version__
 
 
 @pytest.mark.slow

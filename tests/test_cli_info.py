@@ -127,16 +127,111 @@ def test_info_lists_a_failed_plugin_with_its_error_and_still_works(
         ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK='one' is not valid"),
     ],
 )
-def test_bad_override_exits_2_with_one_line_and_no_traceback(
+def test_bad_override_still_prints_the_report_with_the_error_where_it_applies_and_exits_2(
     cli: Cli, env: dict[str, str], message: str
 ) -> None:
     result = cli("info", env=env)
     assert result.returncode == 2
-    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("accelbackends: error: ")
     assert message in lines[0]
+    # The report is still there, the error on the line it concerns.
+    assert "versions: python" in result.stdout
+    where = next(line for line in result.stdout.splitlines() if message in line)
+    section = "cluster:" if "RANK" in message else "selected:"
+    assert where.startswith((section, "accelerators:", "  ACCELBACKENDS_"))
+
+
+@pytest.mark.parametrize(
+    ("env", "section"),
+    [
+        ({"ACCELBACKENDS_ACCELERATOR": "cuda"}, "selected"),
+        ({"ACCELBACKENDS_BACKEND": "nccl"}, "selected"),
+        ({"RANK": "0"}, "cluster"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "cluster"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[::1]", "MASTER_PORT": "29500"},
+            "cluster",
+        ),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h ", "MASTER_PORT": "29500"}, "cluster"),
+    ],
+)
+def test_info_json_with_a_bad_variable_is_the_whole_object_with_the_error(
+    cli: Cli, env: dict[str, str], section: str
+) -> None:
+    result = cli("info", "--json", env=env)
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    assert report["error"] and report["error"] == report[section]["error"]
+    assert report["errors"] == [report["error"]]
+    assert report["accelerators"] and report["versions"]["accelbackends"]
+    assert result.stderr == ""  # the JSON carries the error; nothing else to parse around
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ACCELBACKENDS_SHARE_DEVICES", "maybe", "is not a boolean"),
+        ("ACCELBACKENDS_EAGER_INIT", "sometimes", "is not a boolean"),
+        ("ACCELBACKENDS_TIMEOUT", "1e300", "out of range"),
+        ("ACCELBACKENDS_TIMEOUT", "1e14", "out of range"),
+        ("ACCELBACKENDS_RENDEZVOUS_TIMEOUT", "1e-9", "out of range"),
+        ("ACCELBACKENDS_NVML", "not a module", "is not valid"),
+    ],
+)
+def test_info_validates_every_variable_it_shows(
+    cli: Cli, variable: str, value: str, message: str
+) -> None:
+    result = cli("info", "--json", env={variable: value})
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    assert message in report["override_errors"][variable]
+    assert report["error"] == report["override_errors"][variable]
+    text = cli("info", env={variable: value, "COLUMNS": "200"})
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith(f"  {variable}="))
+    assert "error: " in line and message in line
+
+
+def test_info_warns_about_an_unknown_variable_naming_the_closest_one(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_TIMEOT": "5", "COLUMNS": "200"})
+    assert result.returncode == 0
+    assert "did you mean ACCELBACKENDS_TIMEOUT?" in result.stdout
+
+
+def test_info_escapes_control_characters_and_cuts_long_values(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_SHARE_DEVICES": "\x1b[31m" + "y" * 100 * 1024})
+    assert result.returncode == 2
+    assert "\x1b" not in result.stdout + result.stderr
+    assert len(result.stdout) < 10_000 and len(result.stderr) < 1_000
+    assert "\\x1b[31m" in result.stderr
+
+
+def test_info_wraps_to_columns_and_never_past_them(cli: Cli) -> None:
+    result = cli("info", env={"COLUMNS": "80", "ACCELBACKENDS_BACKEND": "nccl"})
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # A wrapped line continues indented, never in column 0.
+    assert all(line[:1] in ("", " ") or line.endswith(":") or ":" in line for line in lines)
+    assert not any(line.startswith(("no ", "/dev", "torch ")) for line in lines)
+
+
+def test_info_piped_is_not_wrapped(cli: Cli) -> None:
+    result = cli("info")
+    cuda = next(line for line in result.stdout.splitlines() if line.startswith("  cuda "))
+    assert "has no GPU support" in cuda or "GPU" in cuda
+    assert max(len(line) for line in result.stdout.splitlines()) > 80
+
+
+def test_info_report_is_a_block_to_paste_with_versions_platform_and_the_report(cli: Cli) -> None:
+    result = cli("info", "--report")
+    assert result.returncode == 0
+    out = result.stdout
+    assert out.count("```") == 2
+    assert f"accelbackends {accelbackends.__version__}" in out
+    assert "platform: " in out and "python: " in out and "torch " in out
+    assert "selected: cpu with gloo" in out
 
 
 def test_bad_flag_exits_2_naming_it(cli: Cli) -> None:
@@ -146,12 +241,42 @@ def test_bad_flag_exits_2_naming_it(cli: Cli) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_missing_command_exits_2(cli: Cli) -> None:
-    assert cli().returncode == 2
+def test_no_arguments_shows_the_help_and_exits_0(cli: Cli) -> None:
+    result = cli()
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: accelbackends")
+    assert "examples:" in result.stdout and "documentation:" in result.stdout
 
 
-def test_version_flag(cli: Cli) -> None:
-    result = cli("--version")
+def test_typo_in_the_command_suggests_the_closest_one(cli: Cli) -> None:
+    result = cli("chek")
+    assert result.returncode == 2
+    assert result.stderr.startswith("accelbackends: error: 'chek' is not a command")
+    assert "did you mean 'check'?" in result.stderr
+
+
+@pytest.mark.parametrize("args", [("check", "-v", "--nproc", "0"), ("-v", "check", "--nproc", "0")])
+def test_verbose_is_accepted_before_and_after_the_command(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    assert "--nproc" in result.stderr and "-v" not in result.stderr.split("error:")[1]
+
+
+def test_every_error_has_the_same_prefix(cli: Cli) -> None:
+    usage = cli("check", "--nproc", "x")
+    late = cli("check", env={"ACCELBACKENDS_BACKEND": "nccl"})
+    for result in (usage, late):
+        assert result.returncode == 2
+        assert result.stderr.startswith("accelbackends: error: "), result.stderr
+
+
+def test_info_help_has_a_description(cli: Cli) -> None:
+    assert "A bad variable is shown where it applies" in cli("info", "--help").stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag(cli: Cli, flag: str) -> None:
+    result = cli(flag)
     assert (
         result.returncode == 0
         and result.stdout.strip() == f"accelbackends {accelbackends.__version__}"
@@ -182,3 +307,37 @@ def test_module_entry_point_is_python_dash_m() -> None:
         timeout=60,
     )
     assert json.loads(result.stdout)["selected"]["backend"] == "gloo"
+
+
+def test_escape_codes_in_a_launcher_variable_are_shown_escaped(cli: Cli) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "\x1b[31mred", "MASTER_PORT": "29500"}
+    result = cli("info", env=env)
+    assert "\x1b" not in result.stdout
+    assert "\\x1b[31mred" in result.stdout
+
+
+def test_a_plugins_own_variables_are_not_called_unknown(
+    cli: Cli, plugin_dist: Callable[..., Path]
+) -> None:
+    site = plugin_dist("mysite", "# a plugin with no hooks of its own\n")
+    env = {"ACCELBACKENDS_MYSITE_FILE": "/etc/site.toml", "ACCELBACKENDS_TIMOUT": "5"}
+    report = json.loads(cli("info", "--json", env=env, pythonpath=site).stdout)
+    assert list(report["unknown_variables"]) == ["ACCELBACKENDS_TIMOUT"]
+
+
+def test_a_bad_cpu_affinity_mode_is_shown_on_its_section_and_exits_2(cli: Cli) -> None:
+    result = cli("info", env={"ACCELBACKENDS_CPU_AFFINITY": "bogus", "COLUMNS": "300"})
+    assert result.returncode == 2
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("cpu affinity:"))
+    assert line.startswith("cpu affinity: error: ACCELBACKENDS_CPU_AFFINITY='bogus'")
+
+
+def test_info_warns_about_a_master_addr_that_does_not_resolve_without_failing(cli: Cli) -> None:
+    # info may run on a login node where the compute nodes' names do not resolve: a warning
+    # there; rank 0 refuses the same name when it starts.
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid"}
+    result = cli("info", "--json", env={**env, "MASTER_PORT": "29500"})
+    assert result.returncode == 0, result.stderr
+    cluster = json.loads(result.stdout)["cluster"]
+    assert cluster["error"] is None
+    assert "'no-such-host.invalid' does not resolve here" in cluster["warning"]

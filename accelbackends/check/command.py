@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,8 +22,9 @@ from ..plugin.errors import (
 )
 from ..plugin.text import plural, say
 from .options import Options, check_memory, parse_options
+from .progress import read_progress
 from .rank import run_rank
-from .report import environment, error_report, plot, print_json, verdict
+from .report import environment, failure_report, plot, print_json, verdict
 
 if TYPE_CHECKING:
     from ..plugin.types import ClusterInfo, Selection
@@ -67,6 +71,10 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         say(environment(selection, nproc, nproc, "spawn"))
     sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
     started = time.time()
+    from ..spawning import private_temp_file
+
+    progress = private_temp_file("check", ".json")
+    options = dataclasses.replace(options, progress=progress)
     try:
         results = spawn(
             run_rank,
@@ -76,9 +84,23 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
             rendezvous_timeout=options.rendezvous_timeout,
         )
     except SpawnError as exc:
+        so_far = read_progress(progress)
+        # Rank 0 names a rank that stopped answering; otherwise spawn() names the rank that
+        # failed first (rank 0's own error would blame the survivor).
+        stalled = so_far.get("stalled") if exc.rank == 0 else None  # a rank failing first wins
+        error = stalled or first_line(exc)
         if options.json:
-            print_json(error_report(selection, nproc, exc))
-        raise AccelBackendsError(first_line(exc)) from exc
+            base = {
+                "world_size": nproc,
+                "accelerator": selection.accelerator,
+                "backend": selection.backend,
+                "launcher": "spawn",
+            }
+            print_json(failure_report(error, base | so_far))
+        raise AccelBackendsError(error) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(progress)
     return _finish(results[0], options)
 
 
@@ -89,7 +111,12 @@ def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo)
         say(environment(selection, cluster.world_size, cluster.local_world_size, cluster.launcher))
     started = time.time()
     with distributed(timeout=options.timeout, rendezvous_timeout=options.rendezvous_timeout) as ctx:
-        report = run_rank(ctx, options, started, "")
+        try:
+            report = run_rank(ctx, options, started, "")
+        except AccelBackendsError as exc:
+            if ctx.rank == 0 and options.json:
+                print_json(failure_report(first_line(exc), _last_progress(exc)))
+            raise
     if ctx.rank != 0:
         return _exit_code(report)
     return _finish(report, options)
@@ -105,6 +132,10 @@ def _finish(report: dict[str, Any], options: Options) -> int:
         if options.plot:
             say(f"plot: busbw against size written to {options.plot}")
     return _exit_code(report)
+
+
+def _last_progress(exc: BaseException) -> dict[str, Any]:
+    return getattr(exc, "report_so_far", None) or {}
 
 
 def _exit_code(report: dict[str, Any]) -> int:

@@ -4,7 +4,47 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["gather_single", "synchronize", "torch_dtype"]
+__all__ = [
+    "backend_library_version",
+    "default_store",
+    "gather_single",
+    "synchronize",
+    "torch_dtype",
+]
+
+#: The distributions that carry a backend's library, where torch does not report its version.
+_BACKEND_DISTRIBUTIONS = {
+    "ccl": ("oneccl_bind_pt", "oneccl-bindings-for-pytorch"),
+    "hccl": ("habana-torch-plugin",),
+}
+
+
+def backend_library_version(backend: str) -> str | None:
+    """The version of the library behind ``backend`` where it is known (NCCL/RCCL from torch,
+    oneCCL and HCCL from their bindings' metadata); None for Gloo (built into torch)."""
+    if backend == "nccl":
+        try:
+            import torch
+
+            version = torch.cuda.nccl.version()
+        except Exception:
+            return None
+        return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    from ..plugin.packages import installed
+
+    found = installed(*_BACKEND_DISTRIBUTIONS.get(backend, ()))
+    return found.version if found else None
+
+
+def default_store() -> Any:
+    """The store the default process group was initialised with, or None where torch does not
+    say (a private accessor, stable since torch 1.x; only the heartbeat uses it)."""
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except Exception:
+        return None
 
 
 def gather_single() -> Any:

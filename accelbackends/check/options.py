@@ -96,7 +96,8 @@ def _seconds(text: str) -> float:
         return config.parse_seconds(text, source="--timeout")
     except ConfigError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not valid; use a positive number of seconds such as 60"
+            f"{config.shown(text)} is not valid; use a positive number of seconds from "
+            f"{config.MIN_SECONDS:g} to {config.MAX_SECONDS:.0f} (30 days), such as 60"
         ) from None
 
 
@@ -113,6 +114,8 @@ class Options:
     rendezvous_timeout: float | None
     json: bool
     plot: str | None
+    #: Where rank 0 keeps the report so far for the parent (standalone runs; None: nowhere).
+    progress: str | None = None
 
     def top(self, device_type: str) -> int:
         """The largest swept size: --max-bytes, else the default for the device type."""

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..plugin.errors import first_line
 from ..plugin.text import plural
 from .agree import max_over_ranks
+from .compat import backend_library_version, default_store
 from .correctness import run_checks
+from .heartbeat import Heartbeat
+from .progress import Progress
+from .report import print_json, versions
 from .session import Session, control_group
 from .sweep import sweep
 from .watchdog import Watchdog
@@ -25,24 +31,84 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     ``started`` is the wall-clock time the run began; ``init_span`` names what the init time
     covers before detection (``"start, "`` where the ranks were started for this run).
     """
-    watchdog = Watchdog(ctx.rank, options.timeout)
+    progress = Progress(options.progress, enabled=ctx.rank == 0)
+    progress.update(**_header(ctx, options, started))
+    heartbeat = Heartbeat(default_store(), ctx.rank, ctx.world_size)
+
+    def expired(message: str) -> None:
+        progress.update(ok=False, error=message)
+        if heartbeat.silent():
+            progress.update(stalled=message)
+        if options.json and options.progress is None:
+            # Under a launcher rank 0 is the reporting process: the JSON comes now or never.
+            print_json(progress.report)
+
+    watchdog = Watchdog(
+        ctx.rank,
+        options.timeout,
+        explain=heartbeat.explain,
+        on_expire=expired,
+        announce=not (ctx.rank == 0 and options.progress),
+    )
     try:
         with watchdog.step("creating the control group"):
-            session = Session(ctx, options, control_group(ctx, options.timeout), watchdog)
+            session = Session(
+                ctx, options, control_group(ctx, options.timeout), watchdog, heartbeat, progress
+            )
         with watchdog.step("measuring the time to initialise"):
             init_seconds = max_over_ranks(ctx, session.control, [time.time() - started])[0]
+        with watchdog.step("gathering the ranks' hosts and devices"):
+            ranks = session.gather_objects(_whoami(ctx), "hosts and devices")
+        progress.update(
+            init_seconds=round(init_seconds, 4),
+            hosts=sorted({r["host"] for r in ranks}),
+            ranks=ranks,
+        )
         session.say(
             f"[2/4] init: {ctx.world_size} {plural(ctx.world_size, 'rank')} ready in "
             f"{init_seconds:.2f} s ({init_span}detect, select, bind, rendezvous, "
             "init_process_group; slowest rank)"
         )
+        for entry in ranks:  # one line per rank, as nccl-tests prints them
+            session.say(
+                f"      rank {entry['rank']}: host {entry['host']}, device {entry['device']}, "
+                f"local rank {entry['local_rank']}, pid {entry['pid']}"
+            )
         checks = run_checks(session)
+        progress.update(checks=[c.as_json() for c in checks])
         bandwidth, problems = sweep(session)
         checks += session.gather(problems, "bandwidth")
+    except BaseException as exc:
+        progress.update(ok=False, error=first_line(exc))
+        if heartbeat.silent():
+            # Whom to blame: the rank that went silent, not this one that waited for it.
+            progress.update(stalled=heartbeat.explain())
+        if ctx.rank == 0:
+            # Under a launcher this process prints the JSON: the checks that passed stay in it.
+            exc.report_so_far = progress.report  # type: ignore[attr-defined]
+        raise
     finally:
+        heartbeat.stop()
         watchdog.stop()
-    return {
+    return _header(ctx, options, started) | {
         "ok": all(c.status in ("passed", "skipped") for c in checks),
+        "error": None,
+        "init_seconds": round(init_seconds, 4),
+        "hosts": sorted({r["host"] for r in ranks}),
+        "ranks": ranks,
+        "checks": [c.as_json() for c in checks],
+        "bandwidth": [m.as_json() for m in bandwidth],
+    }
+
+
+def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
+    """The keys that make stored reports comparable: what ran where, with which versions."""
+    from datetime import datetime, timezone
+
+    return {
+        "ok": False,  # until the end
+        "error": None,
+        "timestamp": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
         "world_size": ctx.world_size,
         "local_world_size": ctx.local_world_size,
         "accelerator": ctx.accelerator,
@@ -50,8 +116,24 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         "reason": ctx.reason,
         "launcher": ctx.launcher,
         "cpu_affinity": ctx.cpu_affinity,
-        "init_seconds": round(init_seconds, 4),
+        "init_seconds": None,
         "timeout": options.timeout,
-        "checks": [c.as_json() for c in checks],
-        "bandwidth": [m.as_json() for m in bandwidth],
+        "versions": versions() | {ctx.backend: backend_library_version(ctx.backend)},
+        "hosts": [],
+        "ranks": [],
+        "checks": [],
+        "bandwidth": [],
+    }
+
+
+def _whoami(ctx: Context) -> dict[str, Any]:
+    """This rank's line in the report, as in nccl-tests' per-rank list."""
+    import os
+
+    return {
+        "rank": ctx.rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "local_rank": ctx.local_rank,
+        "device": str(ctx.device),
     }

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..plugin.errors import SpawnError, first_line
 from ..plugin.text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
@@ -20,14 +19,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "environment",
-    "error_report",
+    "failure_report",
     "grid",
     "plot",
     "print_json",
     "table_header",
     "table_row",
     "verdict",
+    "versions",
 ]
+
+#: Whether this process printed its JSON object already (``check --json`` prints exactly one).
+_printed = False
 
 _TABLE = "{:<11} {:>9} {:>12} {:>13} {:>13} {:>6}"
 _COLUMNS = ("op", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iters")
@@ -112,22 +115,49 @@ def verdict(report: dict[str, Any]) -> str:
     return f"verdict: PASSED ({counts}; {where}{best})"
 
 
-def error_report(selection: Selection, nproc: int, exc: SpawnError) -> dict[str, Any]:
-    """What ``--json`` prints when a rank died: the same keys, and the error."""
-    return {
+def versions() -> dict[str, str | None]:
+    """Python, torch, pluggy and accelbackends (the backend's library is added by the rank)."""
+    from ..info import versions as info_versions
+
+    return info_versions()
+
+
+def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``--json`` prints when the run could not finish: the keys of a full report, what
+    was found before the failure (checks that passed stay), ``ok`` false and the error."""
+    import socket
+    from datetime import datetime, timezone
+
+    report: dict[str, Any] = {
         "ok": False,
-        "world_size": nproc,
-        "accelerator": selection.accelerator,
-        "backend": selection.backend,
+        "error": error,
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "world_size": None,
+        "accelerator": None,
+        "backend": None,
+        "launcher": None,
         "init_seconds": None,
+        "versions": versions(),
+        "hosts": [socket.gethostname()],
+        "ranks": [],
         "checks": [],
         "bandwidth": [],
-        "error": first_line(exc),
     }
+    report.update({k: v for k, v in (so_far or {}).items() if k not in ("ok", "error", "stalled")})
+    return report
 
 
 def print_json(report: dict[str, Any]) -> None:
-    say(json.dumps(report, indent=2))
+    """The one JSON object of ``--json`` (a second call prints nothing)."""
+    global _printed
+    if _printed:
+        return
+    _printed = True
+    say(json.dumps(report, indent=2), plain=True)
+
+
+def json_printed() -> bool:
+    return _printed
 
 
 def plot(path: Path, report: dict[str, Any]) -> None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 from ..plugin.errors import AccelBackendsError, describe
 from ..plugin.text import say
 from .agree import max_over_ranks
+from .heartbeat import Heartbeat
+from .progress import Progress
 from .results import Result, merge
 from .watchdog import Watchdog
 
@@ -81,6 +83,8 @@ class Session:
     options: Options
     control: Any  # the process group for the run's own traffic (None: the default group)
     watchdog: Watchdog
+    heartbeat: Heartbeat
+    progress: Progress  # rank 0's report so far
     #: Set when the ranks may no longer agree on the next collective (a call raised on some
     #: ranks only, or ran into the timeout): nothing more is sent over the backend under test.
     stopped: str = ""
@@ -134,16 +138,20 @@ class Session:
 
     def gather(self, local: list[Result], what: str) -> list[Result]:
         """Every rank's verdicts, merged: a check passed only where it passed on every rank."""
+        mine = [(r.name, r.status, r.detail) for r in local]
+        return merge(self.gather_objects(mine, f"{what} results"))
+
+    def gather_objects(self, mine: _T, what: str) -> list[_T]:
+        """``mine`` from every rank, by rank, over the control group."""
         import torch.distributed as dist
 
         gathered: list[Any] = [None] * self.ctx.world_size
-        with self.watchdog.step(f"gathering the {what} results"):
+        with self.watchdog.step(f"gathering the {what}"):
             try:
-                mine = [(r.name, r.status, r.detail) for r in local]
                 dist.all_gather_object(gathered, mine, group=self.control)
             except Exception as exc:
-                self._lost_contact(f"gathering the {what} results", exc)
-        return merge(gathered)
+                self._lost_contact(f"gathering the {what}", exc)
+        return gathered
 
     def _lost_contact(self, doing: str, exc: Exception) -> NoReturn:
         """The run's own traffic failed: another rank is gone or stuck.
@@ -153,6 +161,9 @@ class Session:
         exited first).
         """
         after = f" after {self.stopped}" if self.stopped else ""
+        blame = self.heartbeat.explain()
+        if blame:
+            raise AccelBackendsError(f"{blame} (rank {self.ctx.rank} was {doing})") from exc
         raise AccelBackendsError(
             f"rank {self.ctx.rank} lost contact with the other ranks while {doing}{after} "
             f"({describe(exc)})"

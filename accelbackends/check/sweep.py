@@ -63,5 +63,6 @@ def sweep(session: Session) -> tuple[list[Measurement], list[Result]]:
                 return measurements, problems
             if attempt.value is not None:
                 measurements.append(attempt.value)
+                session.progress.add_measurement(attempt.value.as_json())
                 session.say("      " + table_row(attempt.value))
     return measurements, problems

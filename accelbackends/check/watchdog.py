@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 __all__ = ["GRACE", "Watchdog"]
 
@@ -22,8 +24,20 @@ class Watchdog:
     spawn() or the launcher then stops the other ranks.
     """
 
-    def __init__(self, rank: int, timeout: float) -> None:
+    def __init__(
+        self,
+        rank: int,
+        timeout: float,
+        *,
+        explain: Callable[[], str] | None = None,
+        on_expire: Callable[[str], None] | None = None,
+        announce: bool = True,
+    ) -> None:
+        """``explain`` may name the rank to blame (see `.heartbeat`); ``on_expire`` gets
+        the message before this rank exits (rank 0 keeps the report so far); ``announce``
+        False leaves printing it to the process that reports (spawn()'s parent)."""
         low, high = GRACE
+        self._explain, self._on_expire, self._announce = explain, on_expire, announce
         self._rank = rank
         self._timeout, self._grace = timeout, min(high, max(low, timeout / 2))
         self._limit = self._timeout + self._grace
@@ -39,15 +53,26 @@ class Watchdog:
             while not self._stopped:
                 remaining = self._deadline - time.monotonic()
                 if remaining <= 0:
-                    print(
-                        f"accelbackends: error: rank {self._rank}: {self._step} did not finish "
-                        f"within {self._limit:g} s (--timeout {self._timeout:g} plus "
-                        f"{self._grace:g} s); stopping this rank",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    os._exit(1)
+                    self._expire()
                 self._cond.wait(None if remaining == math.inf else remaining)
+
+    def _expire(self) -> None:
+        message = (
+            f"rank {self._rank}: {self._step} did not finish within {self._limit:g} s "
+            f"(--timeout {self._timeout:g} plus {self._grace:g} s); stopping this rank"
+        )
+        try:
+            blame = self._explain() if self._explain else ""
+        except Exception:
+            blame = ""
+        if blame:
+            message = f"{blame} (rank {self._rank} gave up on {self._step} after {self._limit:g} s)"
+        if self._announce:
+            print(f"accelbackends: error: {message}", file=sys.stderr, flush=True)
+        if self._on_expire is not None:
+            with contextlib.suppress(Exception):  # exiting is what matters now
+                self._on_expire(message)
+        os._exit(1)
 
     def _arm(self, step: str | None) -> None:
         with self._cond:

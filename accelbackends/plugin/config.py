@@ -25,6 +25,9 @@ __all__ = [
     "PLUGINS",
     "PREFIX",
     "RENDEZVOUS_TIMEOUT",
+    "MAX_SECONDS",
+    "MIN_SECONDS",
+    "SECRET",
     "SHARE_DEVICES",
     "TIMEOUT",
     "overrides",
@@ -35,6 +38,9 @@ __all__ = [
     "read_name",
     "read_name_list",
     "read_seconds",
+    "shown",
+    "unknown",
+    "validate",
 ]
 
 PREFIX = "ACCELBACKENDS_"
@@ -48,6 +54,7 @@ RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
 SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
+SECRET = PREFIX + "SECRET"
 PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
@@ -64,13 +71,31 @@ KNOWN_VARIABLES: dict[str, str] = {
     SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
+    SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
     PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }
 
+#: The range of a number of seconds: below a millisecond torch rounds a timeout to zero (no wait
+#: at all); above 30 days ``timedelta`` and torch's millisecond counters overflow long before
+#: (``1e14`` seconds), and nobody waits that long on purpose.
+MIN_SECONDS = 0.001
+MAX_SECONDS = 30 * 24 * 3600.0
+#: How much of a value an error message echoes: enough to recognise it, never a whole file.
+SHOWN_CHARACTERS = 80
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message quotes it: ``repr`` (so escape codes and other
+    non-printables arrive escaped, not raw on the terminal), cut to `SHOWN_CHARACTERS`."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    return f"{text[: SHOWN_CHARACTERS - 1]}\u2026 ({len(text)} characters)"
 
 
 def parse_bool(value: str, *, source: str) -> bool:
@@ -81,23 +106,32 @@ def parse_bool(value: str, *, source: str) -> bool:
     if word in _FALSE:
         return False
     raise ConfigError(
-        f"{source}={value!r} is not a boolean; use one of 1, true, yes, on or 0, false, no, off"
+        f"{source}={shown(value)} is not a boolean; use one of 1, true, yes, on or 0, false, "
+        "no, off"
     )
 
 
 def parse_seconds(value: object, *, source: str) -> float:
-    """A positive, finite number of seconds (``"90"``, ``"1.5"`` or a number)."""
+    """A positive, finite number of seconds (``"90"``, ``"1.5"`` or a number) from
+    `MIN_SECONDS` to `MAX_SECONDS`."""
     if isinstance(value, bool):
-        raise ConfigError(f"{source}={value!r} is not a number of seconds; use a positive number")
+        raise ConfigError(
+            f"{source}={shown(value)} is not a number of seconds; use a positive number"
+        )
     try:
         seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(
-            f"{source}={value!r} is not a number of seconds; use a positive number such as 300"
+            f"{source}={shown(value)} is not a number of seconds; use a positive number such as 300"
         ) from None
     if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(
-            f"{source}={value!r} must be a positive, finite number of seconds, such as 300"
+            f"{source}={shown(value)} must be a positive, finite number of seconds, such as 300"
+        )
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise ConfigError(
+            f"{source}={shown(value)} is out of range; use a positive number of seconds from "
+            f"{MIN_SECONDS:g} to {MAX_SECONDS:.0f} (30 days)"
         )
     return seconds
 
@@ -110,11 +144,12 @@ def parse_name_list(value: str, *, source: str) -> tuple[str, ...]:
     for name in names:
         if not name:
             raise ConfigError(
-                f"{source}={value!r} has an empty item; use comma-separated names such as 'a,b'"
+                f"{source}={shown(value)} has an empty item; use comma-separated names such "
+                "as 'a,b'"
             )
         if not _NAME.match(name):
             raise ConfigError(
-                f"{source}={value!r}: {name!r} is not a plugin name "
+                f"{source}={shown(value)}: {shown(name)} is not a plugin name "
                 "(letters, digits, '.', '_' and '-')"
             )
     return names
@@ -152,3 +187,56 @@ def read_name_list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
 def overrides(env: Mapping[str, str]) -> dict[str, str]:
     """The ``ACCELBACKENDS_*`` variables set in ``env``, sorted by name."""
     return {key: env[key] for key in sorted(env) if key.startswith(PREFIX)}
+
+
+_NVML_WORDS = frozenset({"auto", "on", "off"}) | _TRUE | _FALSE
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _check_nvml(value: str, *, source: str) -> None:
+    word = value.strip()
+    if word.lower() not in _NVML_WORDS and not _MODULE.match(word):
+        raise ConfigError(
+            f"{source}={shown(value)} is not valid; use auto, off, or the name of a module with "
+            "pynvml's functions"
+        )
+
+
+def validate(env: Mapping[str, str]) -> dict[str, str]:
+    """Every ``ACCELBACKENDS_*`` variable in ``env`` that its reader would refuse, with the
+    error it would raise: ``info`` shows them all at once instead of the code path that happens
+    to read one first. (The accelerator and backend names are checked by the selection.)"""
+    checks = {
+        DISABLE: parse_name_list,
+        PLUGINS: parse_name_list,
+        DISABLE_PLUGIN_AUTOLOAD: parse_bool,
+        TIMEOUT: parse_seconds,
+        RENDEZVOUS_TIMEOUT: parse_seconds,
+        SHARE_DEVICES: parse_bool,
+        EAGER_INIT: parse_bool,
+        NVML: _check_nvml,
+    }
+    problems: dict[str, str] = {}
+    for name, check in checks.items():
+        value = env.get(name) if name in (DISABLE, PLUGINS) else _get(env, name)
+        if value is None or (name in (DISABLE, PLUGINS) and not value.strip()):
+            continue
+        try:
+            check(value, source=name)
+        except ConfigError as exc:
+            problems[name] = str(exc)
+    return problems
+
+
+def unknown(env: Mapping[str, str]) -> dict[str, str]:
+    """``ACCELBACKENDS_*`` variables in ``env`` that the package does not read (a typo, or a
+    third-party plugin's own variable), each with a note naming the closest known one."""
+    import difflib
+
+    notes: dict[str, str] = {}
+    for name in sorted(env):
+        if name.startswith(PREFIX) and name not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.85)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            notes[name] = f"not read by accelbackends itself{hint}"
+    return notes
