@@ -31,8 +31,16 @@ from datetime import timedelta
 from typing import Any
 
 from . import _ranks
-from ._common import Goal, add_common_arguments, report, say, summary, table, write_results
-from .init_overhead import _ranks_list
+from ._common import (
+    Goal,
+    add_common_arguments,
+    rank_counts,
+    report,
+    say,
+    summary,
+    table,
+    write_results,
+)
 
 JOIN, MEMBERSHIP = "join + barrier (before)", "membership (after)"
 SIDES = (JOIN, MEMBERSHIP)
@@ -42,7 +50,7 @@ GOAL_RANKS = 8
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, "membership")
-    parser.add_argument("--ranks", type=_ranks_list, default=[2, 8], help="default 2,8")
+    parser.add_argument("--ranks", type=rank_counts, default=[2, 8], help="default 2,8")
     parser.add_argument("--rounds", type=int, default=50, help="timed rounds (default 50)")
 
 
