@@ -361,11 +361,12 @@ def _initialise(
             f"{cluster.rank}: {first_line(exc)}"
         ) from exc
     steps.callback(_destroy_process_group)
+    verified = False
     if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
         # Before the first user collective: a process that slipped into the collectives by
         # writing store keys directly cannot answer this. Every rank has finished
         # init_process_group once it completes, so it is also the barrier below.
-        verify_group(
+        verified = verify_group(
             rendezvous.admission,
             cluster.rank,
             cluster.world_size,
@@ -373,7 +374,7 @@ def _initialise(
             "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
             join_s,
         )
-    else:
+    if not verified:
         _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
     if seed is not None:
         _seed(seed + (cluster.rank if seed_per_rank else 0))

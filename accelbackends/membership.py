@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .plugin import config
-from .plugin.errors import ConfigError, RendezvousError
+from .plugin.errors import ConfigError, RendezvousError, first_line
 
 __all__ = [
     "OFF",
@@ -613,18 +613,21 @@ def _await_verdict(
 
 def verify_group(
     admission: Admission, rank: int, world_size: int, device: Any, timeout: float
-) -> None:
+) -> bool:
     """Each rank's second proof, exchanged over the initialised process group: every rank sends
     every other rank a tag only a holder of the secret can make, for that pair (an all-to-all,
     so that every connection of the mesh carries one, not only a ring's). A process that took a
     rank's place in the collectives by writing the store directly cannot answer it. Raises
-    naming the rank whose answer is wrong."""
+    naming the rank whose answer is wrong. Returns False, without exchanging anything, where the
+    process group's backend cannot run an all-to-all at all (a third-party backend may lack
+    it): the caller then synchronises through the store, and membership rests on the
+    rendezvous proof alone."""
     import torch
     import torch.distributed as dist
 
     key = admission.secret.key
     if key is None or world_size == 1:
-        return
+        return True
 
     def tag(sender: int, receiver: int) -> bytes:
         text = _mac(key, admission.identity, admission.nonce, "group", sender, receiver)
@@ -633,7 +636,18 @@ def verify_group(
     outgoing = b"".join(tag(rank, r) for r in range(world_size))
     sent = torch.frombuffer(bytearray(outgoing), dtype=torch.uint8).to(device)
     received = torch.empty_like(sent)
-    work = dist.all_to_all_single(received, sent, async_op=True)
+    try:
+        work = dist.all_to_all_single(received, sent, async_op=True)
+    except (RuntimeError, NotImplementedError) as exc:
+        # Refused when dispatched, before anything was sent: the same on every rank, since
+        # every rank has the same backend.
+        logging.getLogger(__name__).warning(
+            "rank %d: the process group's backend cannot run all_to_all (%s); membership was "
+            "proven at the rendezvous only",
+            rank,
+            first_line(exc),
+        )
+        return False
     # Asked while the exchange is in flight, so that it costs no extra time.
     conflict = admission.conflict() if admission.conflict else None
     try:
@@ -655,3 +669,4 @@ def verify_group(
                 "process took its place by writing the rendezvous store); another process is "
                 "using this job's MASTER_PORT"
             )
+    return True

@@ -291,6 +291,7 @@ def test_under_torchrun_a_dead_rank_still_gives_one_json_object_with_the_passed_
     env = _child_env(ACCELBACKENDS_BACKEND="dies", PYTHONPATH=str(fake_comm))
     result = _torchrun_check("--json", "--timeout", "10", *QUICK, env=env)
     assert result.returncode != 0
+    assert result.stdout.strip(), result.stderr
     report = _report(result)  # exactly one object, rank 0's, though rank 1 died
     assert report["ok"] is False and report["error"]
     assert report["launcher"] == "torchrun" and [r["rank"] for r in report["ranks"]] == [0, 1]

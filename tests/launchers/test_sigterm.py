@@ -17,6 +17,8 @@ from datetime import timedelta
 
 import pytest
 
+from accelbackends.network import connections_to
+
 from .launchers import clean_env
 
 pytestmark = pytest.mark.slow
@@ -43,12 +45,17 @@ def test_sigterm_ends_a_rank_blocked_in_a_native_store_wait() -> None:
         text=True,
     )
     try:
-        # Wait (bounded) until the rank has written to the store: it is then inside the wait.
+        # Wait (bounded) until the rank is connected to the store (besides the store's own
+        # client): it then waits, in native code, for rank 0's nonce, which never comes.
         deadline = time.monotonic() + 120
-        while store.num_keys() < 2 and rank.poll() is None and time.monotonic() < deadline:
+        while (
+            len(connections_to(store.port)) < 2
+            and rank.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         assert rank.poll() is None, rank.communicate()
-        assert store.num_keys() >= 2, "the rank never reached the store"
+        assert len(connections_to(store.port)) >= 2, "the rank never reached the store"
         rank.send_signal(signal.SIGTERM)
         _, stderr = rank.communicate(timeout=60)
     finally:
