@@ -137,9 +137,9 @@ def meet(
     import torch.distributed as dist
 
     if cluster.store_socket is not None:
-        from . import localstore
-
-        raw = localstore.connect(cluster.store_socket, timedelta(seconds=join_timeout))
+        # -1: FileStore must not delete the file when its users leave; spawn() removes it.
+        raw = dist.FileStore(cluster.store_socket, -1)
+        raw.set_timeout(timedelta(seconds=join_timeout))
         return _join(
             raw,
             cluster,
@@ -204,10 +204,10 @@ def _join(
         remaining = max(0.1, deadline - time.monotonic())
         try:
             raw.wait([prefix + "complete"], timedelta(seconds=remaining))
-        except dist.DistError:
+        except RuntimeError:  # TCPStore raises DistStoreError, FileStore "Wait timeout"
             try:
                 joined = raw.add(prefix + "joined", 0)
-            except dist.DistError:
+            except RuntimeError:
                 joined = -1
             count = f"{joined}/{cluster.world_size}" if joined >= 0 else "not all"
             raise RendezvousError(
