@@ -117,6 +117,7 @@ def _job(kind: str, world_size: int) -> float:
         for process in processes:
             if process.is_alive():
                 process.kill()
+        del server  # the TCP store serves until here
         shutil.rmtree(workdir, ignore_errors=True)
     return max(initialised for _, initialised in stamps) - launch
 
