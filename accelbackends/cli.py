@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from ._termination import Watchdog, watch_sigterm
 from .console import keep_plugin_output_off_stdout
 from .plugin.errors import (
     EXIT_FAILED,
@@ -39,6 +40,8 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if _watchdog is not None:
+        _watchdog.handled()
     raise _Terminated
 
 
@@ -86,6 +89,10 @@ class _UsageError(Exception):
     def __init__(self, message: str, prog: str) -> None:
         super().__init__(message)
         self.prog = prog
+
+
+#: Ends the process if ``_raise_terminated`` cannot run (main thread stuck in native code).
+_watchdog: Watchdog | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -276,8 +283,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    global _watchdog
     restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:
+        try:
+            return _run(args, argv)
+        finally:
+            _watchdog = None
+            signal.signal(signal.SIGTERM, previous)
+            restore_stdout()
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "info":
             return _info(args, argv)
@@ -304,9 +322,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _json_failure(args, exc, "terminated (SIGTERM)")
         print("accelbackends: terminated", file=sys.stderr)
         return EXIT_TERMINATED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        restore_stdout()
 
 
 def run() -> None:

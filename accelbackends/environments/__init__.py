@@ -17,18 +17,21 @@ variables are merely inherited. Launchers nest in practice like this:
    rank inherits a *daemon* step's ``SLURM_PROCID``/``SLURM_NTASKS``, which count nodes, not
    ranks. ``OMPI_COMM_WORLD_*`` is set only by ``mpirun``, so it wins over Slurm (and over PALS,
    which starts ``mpirun``'s daemons on Cray systems).
-4. ``pals``, 5. ``mpich``, 6. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
+4. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
+   is Hydra and sets ``PMI_RANK`` too, so it is asked before ``mpich``).
+5. ``pals``, 6. ``mpich``, 7. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
    launchers inside an allocation. The other direction: ``srun --mpi=pmi2|pmix|cray_shasta``
    starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
    variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
    and these environments step aside for ``slurm``, which also knows the node list
    (`started_by_srun`). ``pals`` likewise steps aside
    for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
-7. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
+8. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
    not one.
-8. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked before
+9. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked before
    ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
-9. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 10. ``single`` — none of the above.
+10. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 11. ``single`` — none of the
+    above.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ BUILTIN: tuple[tuple[str, str], ...] = (
     ("torchrun", "accelbackends.environments.torchrun"),
     ("lsf", "accelbackends.environments.lsf"),
     ("openmpi", "accelbackends.environments.openmpi"),
+    ("mvapich", "accelbackends.environments.mvapich"),
     ("pals", "accelbackends.environments.pals"),
     ("mpich", "accelbackends.environments.mpich"),
     ("pmix", "accelbackends.environments.pmix"),

@@ -5,9 +5,9 @@ rendezvous address the same way for every launcher.
 The rules that `Reader` applies everywhere:
 
 - A ``MASTER_ADDR``/``MASTER_PORT`` the user set always wins over anything derived.
-- Without one, a launcher-specific derivation is used (Slurm's node list, LSF's rank file);
-  when every rank runs on this node, ``127.0.0.1`` is enough; otherwise the error says to set
-  ``MASTER_ADDR`` and how.
+- Without one, when every rank runs on this node, ``127.0.0.1`` (no name to resolve); otherwise
+  a launcher-specific derivation (Slurm's node list, LSF's rank file); without one the error
+  says to set ``MASTER_ADDR`` and how.
 - A derived port comes from the job's id (`port_from_id`), so every rank of a job computes
   the same one and two jobs sharing a node almost never collide; with no job id it is 29500,
   torchrun's default.
@@ -24,16 +24,23 @@ from ..plugin import ClusterInfo, ConfigError
 __all__ = [
     "DEFAULT_PORT",
     "LOOPBACK",
+    "MAX_COUNT",
     "Reader",
+    "check_packed",
+    "parse_int",
     "port_from_id",
     "read_int",
     "read_mpi_style",
     "read_port",
     "require",
+    "shown",
 ]
 
 # ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
-_INT = re.compile(r"^\s*\+?[0-9]+\s*$", re.ASCII)
+_INT = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
+#: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
+MAX_COUNT = 2**31 - 1
+_SHOWN = 40  # characters of a bad value echoed in an error
 DEFAULT_PORT = 29500
 LOOPBACK = "127.0.0.1"
 # Derived ports stay below Linux's ephemeral range (32768-60999 by default), so a port the kernel
@@ -41,21 +48,43 @@ LOOPBACK = "127.0.0.1"
 _PORT_BASE, _PORT_SPAN = 20000, 10000
 
 
-def read_int(env: Mapping[str, str], var: str) -> int:
-    """``env[var]`` as an integer >= 0, or a ConfigError naming the variable and its value."""
+def shown(value: str) -> str:
+    """``repr(value)``, shortened: an error must not echo a 128 KiB variable."""
+    if len(value) <= _SHOWN:
+        return repr(value)
+    return f"{value[:_SHOWN]!r}… ({len(value)} characters)"
+
+
+def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
+    """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
+    match = _INT.match(value)
+    if not match:
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0")
+    # Compared as text first: int() of thousands of digits hits Python's conversion limit.
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > len(str(high)) or int(digits) > high:
+        raise ConfigError(f"{var}={shown(value)} is out of range; use an integer from 0 to {high}")
+    return int(digits)
+
+
+def read_int(env: Mapping[str, str], var: str, *, high: int = MAX_COUNT) -> int:
+    """``env[var]`` as an integer from 0 to ``high``, or a ConfigError naming the variable and
+    its value."""
     value = env.get(var)
     if value is None:
         raise ConfigError(f"{var} is not set; use an integer >= 0")
-    if not _INT.match(value):
-        raise ConfigError(f"{var}={value!r} is not valid; use an integer >= 0")
-    return int(value)
+    return parse_int(value, var, high=high)
 
 
 def read_port(env: Mapping[str, str], var: str) -> int:
-    port = read_int(env, var)
-    if not 0 < port < 65536:
-        raise ConfigError(f"{var}={env[var]!r} is not a TCP port; use 1 to 65535")
-    return port
+    value = env.get(var, "")
+    match = _INT.match(value)
+    digits = match.group(1).lstrip("0") if match else ""
+    if len(digits) <= 5 and digits and int(digits) < 65536:
+        return int(digits)
+    if not match:
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer from 1 to 65535")
+    raise ConfigError(f"{var}={shown(value)} is not a TCP port; use 1 to 65535")
 
 
 def require(env: Mapping[str, str], launcher: str, *names: str) -> None:
@@ -64,7 +93,8 @@ def require(env: Mapping[str, str], launcher: str, *names: str) -> None:
     if missing:
         raise ConfigError(
             f"the {launcher} environment is missing {', '.join(missing)}; "
-            f"a {launcher} launch sets {', '.join(names)}"
+            f"{'an' if launcher[:1] in 'aeiou' else 'a'} {launcher} launch sets "
+            f"{', '.join(names)}"
         )
 
 
@@ -152,6 +182,7 @@ class Reader:
         derive_addr: Callable[[], tuple[str, str] | None] | None = None,
         job_id: tuple[str, str] | None = None,
         port_var: str | None = None,
+        derive_port: Callable[[], tuple[int, str] | None] | None = None,
         hint: str = "",
     ) -> tuple[str | None, int | None]:
         """Rank 0's address and port: the user's ``MASTER_ADDR``/``MASTER_PORT`` first.
@@ -161,6 +192,9 @@ class Reader:
                 None; called only when ``MASTER_ADDR`` is not set.
             job_id: (job id, its variable) to derive the port from.
             port_var: The launcher's own port variable, used when ``MASTER_PORT`` is not set.
+            derive_port: Returns (port, how it was found) where the launcher reserved or
+                named one (Slurm's reserved ports, AzureML's master node); before hashing the
+                job id.
             hint: How to set ``MASTER_ADDR`` under this launcher, for the error.
         """
         if _present(self.env, "MASTER_ADDR"):
@@ -168,10 +202,12 @@ class Reader:
             self.sources["master_addr"] = "MASTER_ADDR"
         elif world_size == 1:
             return None, None
+        elif world_size == local_world_size:
+            # Before any derived name: a node name need not resolve (Slurm's NodeName is not
+            # always a host name), and every rank is here anyway.
+            addr, self.sources["master_addr"] = LOOPBACK, "loopback: all ranks on this node"
         elif derive_addr is not None and (derived := derive_addr()) is not None:
             addr, self.sources["master_addr"] = derived
-        elif world_size == local_world_size:
-            addr, self.sources["master_addr"] = LOOPBACK, "loopback: all ranks on this node"
         else:
             raise ConfigError(
                 f"the {self.launcher} launcher does not say where rank 0 runs, and its "
@@ -182,6 +218,8 @@ class Reader:
         if (name := self.first("MASTER_PORT", *([port_var] if port_var else []))) is not None:
             port = read_port(self.env, name)
             self.sources["master_port"] = name
+        elif derive_port is not None and (found := derive_port()) is not None:
+            port, self.sources["master_port"] = found
         elif job_id is not None:
             port = port_from_id(job_id[0])
             self.sources["master_port"] = f"{job_id[1]} (hashed into 20000-29999)"
@@ -218,6 +256,23 @@ class Reader:
         )
 
 
+def check_packed(r: Reader, rank: int, local_rank: int, local_world_size: int) -> None:
+    """Where a launcher gives no node index, the node rank is ``rank // local world size``,
+    which holds only for packed (block) placement: ranks 0..n-1 on the first node, and so on.
+    A round-robin (cyclic) placement shows itself on some rank as a local rank that is not
+    ``rank % local world size``; refuse there rather than give two ranks one (node, local) pair.
+    """
+    if rank % local_world_size != local_rank:
+        raise ConfigError(
+            f"{r.sources['rank']}={rank} with {r.sources['local_rank']}={local_rank} and "
+            f"{r.sources['local_world_size']}={local_world_size} is not a packed placement "
+            f"(rank {rank} would be local rank {rank % local_world_size} of node "
+            f"{rank // local_world_size}): the ranks were placed round-robin across nodes, "
+            f"and the {r.launcher} launcher does not say which node is this one; place them "
+            "node by node (mpiexec -ppn N, mpirun --map-by ppr:N:node) or set NODE_RANK per node"
+        )
+
+
 def read_mpi_style(
     reader: Reader,
     *,
@@ -229,13 +284,20 @@ def read_mpi_style(
     missing_world: str = "",
     missing_local: str = "",
     job_id: str | None = None,
+    derive_job: Callable[[int, int], tuple[str, str] | None] | None = None,
     derive_addr: Callable[[], tuple[str, str] | None] | None = None,
+    derive_port: Callable[[], tuple[int, str] | None] | None = None,
+    derive_node: Callable[[], tuple[int, str] | None] | None = None,
     hint: str = "",
 ) -> ClusterInfo:
     """The shape every MPI-style launcher shares: rank, world, local rank and size from
     variables (first present of each tuple); the node rank from a variable or, where the launcher
     gives none, ``rank // local world size`` (ranks packed node by node, the launchers' default
-    mapping); the rendezvous address as `Reader.rendezvous` derives it."""
+    mapping); the rendezvous address as `Reader.rendezvous` derives it.
+
+    The job's identity (the port and the store keys derive from it) is the variable ``job_id``
+    or, without it, what ``derive_job(world size, local world size)`` finds: (the id, how it
+    was found), or None where nothing identifies the job."""
     r = reader
     rank_value = r.read("rank", *rank)
     world = r.read("world_size", *world_size, missing=missing_world)
@@ -252,6 +314,9 @@ def read_mpi_style(
         else:
             local = r.read("local_rank", *local_rank, missing=missing_local)
     node = r.read_optional("node_rank", *node_rank)
+    if node is None and derive_node is not None and (found_node := derive_node()) is not None:
+        node = r.derive("node_rank", *found_node)
+    packed = node is None
     if node is None:
         node = r.derive(
             "node_rank",
@@ -259,12 +324,20 @@ def read_mpi_style(
             f"{r.sources['rank']} // {r.sources['local_world_size']}",
         )
     r.check_counts(rank_value, world, local, local_world, node)
-    job = r.first(job_id) if job_id else None
+    if packed:
+        check_packed(r, rank_value, local, local_world)
+    job_var = r.first(job_id) if job_id else None
+    job = (r.env[job_var].strip(), job_var) if job_var else None
+    if job is None and derive_job is not None:
+        job = derive_job(world, local_world)
+    if job is not None:
+        r.sources["run_id"] = job[1]
     addr, port = r.rendezvous(
         world,
         local_world,
         derive_addr=derive_addr,
-        job_id=(r.env[job], job) if job else None,
+        derive_port=derive_port,
+        job_id=job,
         hint=hint,
     )
     return r.cluster(
@@ -275,5 +348,5 @@ def read_mpi_style(
         node_rank=node,
         master_addr=addr,
         master_port=port,
-        run_id=f"{r.launcher}/{r.env[job]}" if job else "",
+        run_id=f"{r.launcher}/{job[0]}" if job else "",
     )

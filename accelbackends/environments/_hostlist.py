@@ -1,11 +1,13 @@
 """Slurm hostlists: ``node[01-04,07]``, ``rack[1-2]-n[07-08]``, ``login1,gpu[1-3]``.
 
-A hostlist is a comma-separated list of host patterns; a pattern is literal text with bracketed
-ranges in it. Every range keeps the zero padding of its lower bound (``[08-10]`` is ``08, 09,
-10``; ``[8-10]`` is ``8, 9, 10``), and several brackets in one pattern multiply out with the first
-bracket varying slowest, the order ``scontrol show hostnames`` prints. `first_host` and
-`count` work on the parsed patterns without expanding them, so a 10,000-node list costs
-nothing.
+A hostlist is a list of host patterns separated by commas or white space (Slurm's own parser
+accepts ``"alpha, host[5-9]"``, and skips empty items between separators); a pattern is literal
+text with bracketed ranges in it. Every range keeps the zero padding of its lower bound
+(``[08-10]`` is ``08, 09, 10``; ``[8-10]`` is ``8, 9, 10``), and several brackets in one pattern
+multiply out with the first bracket varying slowest, the order ``scontrol show hostnames``
+prints. `first_host` and `count` work on the parsed patterns without expanding them, so a
+10,000-node list costs nothing, and parsing is one pass over the text (linear in its length,
+whatever its shape).
 """
 
 from __future__ import annotations
@@ -68,24 +70,10 @@ def _error(source: str, text: str, why: str) -> ConfigError:
     return ConfigError(f"{source}={text!r} is not a valid hostlist ({why}); {_ACCEPTED}")
 
 
-def _split_top_level(text: str, source: str) -> list[str]:
-    groups, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        if char == "[":
-            if depth:
-                raise _error(source, text, "nested '['")
-            depth = 1
-        elif char == "]":
-            if not depth:
-                raise _error(source, text, "']' without '['")
-            depth = 0
-        elif char == "," and not depth:
-            groups.append(text[start:index])
-            start = index + 1
-    if depth:
-        raise _error(source, text, "'[' is never closed")
-    groups.append(text[start:])
-    return groups
+# One token at a time: a separator run, a bracket with its body, or literal text.
+_TOKEN = re.compile(
+    r"(?P<sep>[,\s]+)|\[(?P<body>[^\[\],\s]*(?:,[^\[\],\s]*)*)\]|(?P<text>[^\[\],\s]+)", re.ASCII
+)
 
 
 def _parse_bracket(body: str, text: str, source: str) -> tuple[_Range, ...]:
@@ -103,21 +91,50 @@ def _parse_bracket(body: str, text: str, source: str) -> tuple[_Range, ...]:
     return tuple(ranges)
 
 
+def _why_not_a_token(text: str, position: int) -> str:
+    char = text[position]
+    if char == "]":
+        return "']' without '['"
+    closing = text.find("]", position)
+    if closing < 0:
+        return "'[' is never closed"
+    inside = text[position + 1 : closing]
+    if "[" in inside:
+        return "nested '['"
+    return "white space inside brackets"
+
+
 def _parse(text: str, source: str) -> tuple[_Pattern, ...]:
-    if not text or any(c.isspace() for c in text):
-        raise _error(source, text, "empty" if not text else "contains white space")
-    patterns = []
-    for group in _split_top_level(text, source):
-        if not group:
-            raise _error(source, text, "an empty host between commas")
-        literals, brackets, rest = [], [], group
-        while "[" in rest:
-            before, _, after = rest.partition("[")
-            body, _, rest = after.partition("]")
-            literals.append(before)
-            brackets.append(_parse_bracket(body, text, source))
-        literals.append(rest)
-        patterns.append(_Pattern(tuple(literals), tuple(brackets)))
+    patterns: list[_Pattern] = []
+    literals: list[str] = []
+    brackets: list[tuple[_Range, ...]] = []
+    pending = ""  # literal text since the last bracket
+
+    def finish() -> None:
+        nonlocal pending
+        if literals or pending or brackets:
+            patterns.append(_Pattern((*literals, pending), tuple(brackets)))
+        literals.clear()
+        brackets.clear()
+        pending = ""
+
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise _error(source, text, _why_not_a_token(text, position))
+        if match.group("sep") is not None:
+            finish()
+        elif match.group("body") is not None:
+            literals.append(pending)
+            pending = ""
+            brackets.append(_parse_bracket(match.group("body"), text, source))
+        else:
+            pending += match.group("text")
+        position = match.end()
+    finish()
+    if not patterns:
+        raise _error(source, text, "empty")
     return tuple(patterns)
 
 

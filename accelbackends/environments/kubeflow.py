@@ -6,7 +6,9 @@ the ``PyTorchJob`` operator adds ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`
 where ``RANK`` is the pod's index. A pod whose command is ``torchrun`` is recognised as
 ``torchrun`` (asked first). A pod that runs ``python train.py`` itself is one rank: that works
 only with one process per pod, so ``PET_NPROC_PER_NODE`` above 1 without torchrun is an error
-instead of ranks that silently disagree about the world size.
+instead of ranks that silently disagree about the world size. ``PET_NPROC_PER_NODE=auto`` is what
+the training-operator (1.7 and later) sets whenever the job's spec leaves ``nprocPerNode`` out;
+without torchrun nothing starts more processes, so there it means this one process.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ _MARKERS = ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADD
 
 def _processes_per_pod(env: Mapping[str, str]) -> int:
     value = env.get("PET_NPROC_PER_NODE", "").strip()
-    if not value:
+    if not value or value == "auto":
         return 1
     if not value.isdigit():
         raise ConfigError(

@@ -5,11 +5,15 @@ sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI, so this environment is a
 ``openmpi``: the ``JSM_*`` variables exist only when ``jsrun`` started the process. Rank 0 runs
 on the job's first compute host, the second line of LSF's rank file ``LSB_DJOB_RANKFILE`` (its
 first line is the launch node, which runs no ranks under ``jsrun``); the port is derived from
-``LSB_JOBID``.
+``LSB_JOBID``. The rank file also gives the real placement: this node's rank is the position of
+this host among the distinct compute hosts it lists, whatever order ``jsrun`` placed the ranks
+in; without a rank file (or with this host missing from it) ranks are taken to be packed node by
+node.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 
 from ..plugin import ClusterInfo, ConfigError, hookimpl
@@ -18,8 +22,8 @@ from ._common import Reader, read_mpi_style
 _RANKFILE = "LSB_DJOB_RANKFILE"
 
 
-def first_compute_host(env: Mapping[str, str]) -> tuple[str, str] | None:
-    """The first host after the launch node in ``LSB_DJOB_RANKFILE``, or None without one."""
+def _compute_hosts(env: Mapping[str, str]) -> list[str] | None:
+    """The hosts of ``LSB_DJOB_RANKFILE`` after the launch node, or None without one."""
     path = env.get(_RANKFILE, "").strip()
     if not path:
         return None
@@ -36,7 +40,30 @@ def first_compute_host(env: Mapping[str, str]) -> tuple[str, str] | None:
             f"{_RANKFILE}={path!r} lists {len(hosts)} host(s); a jsrun job's rank file lists "
             "the launch node, then the compute hosts; set MASTER_ADDR to rank 0's host"
         )
-    return hosts[1], f"{_RANKFILE} (first compute host)"
+    return hosts[1:]
+
+
+def first_compute_host(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first host after the launch node in ``LSB_DJOB_RANKFILE``, or None without one."""
+    hosts = _compute_hosts(env)
+    return (hosts[0], f"{_RANKFILE} (first compute host)") if hosts else None
+
+
+def node_index(env: Mapping[str, str], hostname: str | None = None) -> tuple[int, str] | None:
+    """This host's position among the distinct compute hosts of ``LSB_DJOB_RANKFILE``."""
+    hosts = _compute_hosts(env)
+    if not hosts:
+        return None
+    name = hostname or socket.gethostname()
+    distinct = list(dict.fromkeys(hosts))
+    if name in distinct:
+        return distinct.index(name), f"{_RANKFILE} (this host's place, {name})"
+    # The file and the host may disagree on the domain part (a01n02 / a01n02.cluster).
+    short = [host.split(".")[0] for host in distinct]
+    if name.split(".")[0] in short:
+        index = short.index(name.split(".")[0])
+        return index, f"{_RANKFILE} (this host's place, {distinct[index]})"
+    return None
 
 
 @hookimpl
@@ -51,5 +78,6 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
         local_world_size=("JSM_NAMESPACE_LOCAL_SIZE",),
         job_id="LSB_JOBID",
         derive_addr=lambda: first_compute_host(env),
+        derive_node=lambda: node_index(env),
         hint=f" ({_RANKFILE} names the hosts when LSF sets it)",
     )

@@ -18,12 +18,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..plugin import ClusterInfo, ConfigError, hookimpl
 from . import _hostlist
-from ._common import Reader, read_int
+from ._common import Reader, parse_int, read_int, shown
 
-__all__ = ["accelbackends_cluster_environment", "is_job_step", "parse_counts", "started_by_srun"]
+__all__ = [
+    "Counts",
+    "accelbackends_cluster_environment",
+    "is_job_step",
+    "parse_counts",
+    "reserved_port",
+    "slurm_step",
+    "started_by_srun",
+]
 
 #: Slurm's ``SLURM_MAX_NORMAL_STEP_ID``: ids above it are the batch, interactive, extern and
 #: pending "steps", which are not ``srun`` launches.
@@ -32,24 +41,55 @@ _COUNT = re.compile(r"^([0-9]+)(?:\(x([0-9]+)\))?$", re.ASCII)
 _NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
 
-def parse_counts(text: str, *, source: str) -> list[int]:
-    """Slurm's compressed per-node counts: ``"2(x3),1"`` is ``[2, 2, 2, 1]``."""
-    counts: list[int] = []
+@dataclass(frozen=True)
+class Counts:
+    """Slurm's compressed per-node counts, kept compressed: ``"2(x3),1"`` is ``(2, 3), (1, 1)``
+    (count, repeat); a ``1(x10000000000)`` costs nothing until a node's count is asked for."""
+
+    runs: tuple[tuple[int, int], ...]
+
+    def __len__(self) -> int:
+        return sum(repeat for _, repeat in self.runs)
+
+    def total(self) -> int:
+        return sum(count * repeat for count, repeat in self.runs)
+
+    def __getitem__(self, node: int) -> int:
+        for count, repeat in self.runs:
+            if node < repeat:
+                return count
+            node -= repeat
+        raise IndexError(node)
+
+    def expand(self) -> list[int]:
+        return [count for count, repeat in self.runs for _ in range(repeat)]
+
+
+def parse_counts(text: str, *, source: str) -> Counts:
+    """Slurm's compressed per-node counts: ``"2(x3),1"`` is 2, 2, 2, 1."""
+    runs: list[tuple[int, int]] = []
     for item in text.strip().split(","):
         match = _COUNT.match(item.strip())
-        if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
+        if match:
+            try:
+                count = parse_int(match.group(1), "count")
+                repeat = parse_int(match.group(2) or "1", "repeat")
+            except ConfigError as exc:
+                raise ConfigError(f"{source}={shown(text)}: {exc}") from None
+        if not match or count < 1 or repeat < 1:
             raise ConfigError(
-                f"{source}={text!r} is not valid; use counts >= 1 per node, a repeated count "
-                "written as N(xK), separated by commas (e.g. 2(x3),1)"
+                f"{source}={shown(text)} is not valid; use counts >= 1 per node, a repeated "
+                "count written as N(xK), separated by commas (e.g. 2(x3),1)"
             )
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+        runs.append((count, repeat))
+    return Counts(tuple(runs))
 
 
 def is_job_step(env: Mapping[str, str]) -> bool:
     """True for a task ``srun`` started; False in ``salloc``/``sbatch`` shells and outside Slurm."""
     var = next((v for v in ("SLURM_STEP_ID", "SLURM_STEPID") if env.get(v, "").strip()), None)
-    return var is not None and read_int(env, var) <= MAX_NORMAL_STEP_ID
+    # Step ids are unsigned 32-bit; the special ones sit just below 2**32.
+    return var is not None and read_int(env, var, high=2**32 - 1) <= MAX_NORMAL_STEP_ID
 
 
 def started_by_srun(env: Mapping[str, str], rank: int, world_size: int | None) -> bool:
@@ -76,6 +116,33 @@ def started_by_srun(env: Mapping[str, str], rank: int, world_size: int | None) -
     return step_rank == rank and (world_size is None or step_tasks == world_size)
 
 
+def slurm_step(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(``job.step``, the variables it came from) when this process runs inside a Slurm step:
+    unique to the step, and the same on every node of it. An MPI launcher inside an allocation
+    starts its daemons as one step, so its ranks share this too."""
+    job_var = next((v for v in ("SLURM_JOB_ID", "SLURM_JOBID") if env.get(v, "").strip()), None)
+    step_var = next((v for v in ("SLURM_STEP_ID", "SLURM_STEPID") if env.get(v, "").strip()), None)
+    if job_var and step_var:
+        return f"{env[job_var].strip()}.{env[step_var].strip()}", f"{job_var}.{step_var}"
+    return None
+
+
+def reserved_port(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """The first of the ports ``srun --resv-ports`` reserved for this step on every node of it
+    (``SLURM_STEP_RESV_PORTS=12000-12003``): no other step is given it while this one runs."""
+    value = env.get("SLURM_STEP_RESV_PORTS", "").strip()
+    if not value:
+        return None
+    first = value.split(",")[0].split("-")[0]
+    port = parse_int(first, "SLURM_STEP_RESV_PORTS")
+    if not 0 < port < 65536:
+        raise ConfigError(
+            f"SLURM_STEP_RESV_PORTS={shown(value)} does not start with a TCP port; Slurm writes "
+            "a port range such as 12000-12003"
+        )
+    return port, "SLURM_STEP_RESV_PORTS (first reserved port)"
+
+
 def _nodes(r: Reader, *names: str) -> tuple[int, str] | None:
     name = r.first(*names)
     return (read_int(r.env, name), name) if name else None
@@ -92,19 +159,19 @@ def _local_world_size(r: Reader, world: int, node: int) -> int:
         counts = parse_counts(r.env[list_var], source=list_var)
         if nodes is not None and len(counts) != nodes[0]:
             raise ConfigError(
-                f"{list_var}={r.env[list_var]!r} lists {len(counts)} nodes but "
+                f"{list_var}={shown(r.env[list_var])} lists {len(counts)} nodes but "
                 f"{nodes[1]}={nodes[0]}; the launcher's variables contradict each other"
             )
-        if sum(counts) != world:
+        if counts.total() != world:
             raise ConfigError(
-                f"{list_var}={r.env[list_var]!r} adds up to {sum(counts)} tasks but "
+                f"{list_var}={shown(r.env[list_var])} adds up to {counts.total()} tasks but "
                 f"{r.sources['world_size']}={world}; the launcher's variables contradict each "
                 "other"
             )
         if node >= len(counts):
             raise ConfigError(
                 f"SLURM_NODEID={node} must be less than the {len(counts)} nodes of "
-                f"{list_var}={r.env[list_var]!r}"
+                f"{list_var}={shown(r.env[list_var])}"
             )
         return r.derive("local_world_size", counts[node], f"{list_var}[SLURM_NODEID]")
     per_node = r.read(
@@ -138,14 +205,15 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     node = r.read("node_rank", "SLURM_NODEID")
     local_world = _local_world_size(r, world, node)
     r.check_counts(rank, world, local, local_world, node)
-    job_var = r.first("SLURM_JOB_ID", "SLURM_JOBID")
-    step_var = r.first("SLURM_STEP_ID", "SLURM_STEPID")
-    job = f"{env[job_var]}.{env[step_var]}" if job_var and step_var else None
+    step = slurm_step(env)
+    if step is not None:
+        r.sources["run_id"] = step[1]
     addr, port = r.rendezvous(
         world,
         local_world,
         derive_addr=lambda: _first_host(r),
-        job_id=(job, f"{job_var}.{step_var}") if job and job_var and step_var else None,
+        derive_port=lambda: reserved_port(env),
+        job_id=step,
     )
     return r.cluster(
         rank=rank,
@@ -155,5 +223,5 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
         node_rank=node,
         master_addr=addr,
         master_port=port,
-        run_id=f"slurm/{job}" if job else "",
+        run_id=f"slurm/{step[0]}" if step else "",
     )

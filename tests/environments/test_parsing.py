@@ -149,9 +149,8 @@ def test_first_host_and_count_do_not_expand_huge_lists() -> None:
         ("node[a-b]", "digits"),
         ("node[1-2:2]", "digits"),
         ("node[]", "digits"),
-        ("a,,b", "empty host"),
-        ("a,", "empty host"),
-        ("node1 node2", "white space"),
+        (" , ", "empty"),
+        ("node[1, 2]", "white space inside brackets"),
     ],
 )
 def test_malformed_hostlists_are_errors_naming_the_variable_and_value(text: str, why: str) -> None:
@@ -161,6 +160,47 @@ def test_malformed_hostlists_are_errors_naming_the_variable_and_value(text: str,
     assert f"SLURM_STEP_NODELIST={text!r}" in message
     assert why in message
     assert "node[01-04,07]" in message  # what is accepted
+
+
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("alpha, host[5-6]", ["alpha", "host5", "host6"]),
+        ("a,,b", ["a", "b"]),
+        ("a,", ["a"]),
+        (" node1\tnode2\n", ["node1", "node2"]),
+    ],
+)
+def test_hostlists_accept_white_space_and_empty_items_as_slurm_does(
+    text: str, hosts: list[str]
+) -> None:
+    assert _hostlist.expand(text, source="X") == hosts
+
+
+@given(st.lists(st.sampled_from(["a", "[1]", "[2-3]", "[07,9]", "-", ",", " "]), max_size=200))
+def test_many_brackets_in_one_name_parse_like_the_reference_product(parts: list[str]) -> None:
+    # Many brackets in one name once cost quadratic time (each one re-copied the rest of the
+    # text); this checks the one-pass parser against a product computed here.
+    text = "".join(parts)
+    bracket_values = {"[1]": ["1"], "[2-3]": ["2", "3"], "[07,9]": ["07", "9"]}
+    names: list[list[str]] = []
+    choices: list[list[str]] = []
+    for part in [*parts, ","]:
+        if part in (",", " "):
+            if choices:
+                names.append(["".join(c) for c in itertools.product(*choices)])
+            choices = []
+        else:
+            choices.append(bracket_values.get(part, [part]))
+    if not names:
+        with pytest.raises(ConfigError, match="empty"):
+            _hostlist.count(text, source="X")
+        return
+    expected = [host for group in names for host in group]
+    assert _hostlist.count(text, source="X") == len(expected)
+    assert _hostlist.first_host(text, source="X") == expected[0]
+    if len(expected) < 5000:
+        assert _hostlist.expand(text, source="X") == expected
 
 
 @given(st.text(alphabet="ab1[]-, ", max_size=12))
@@ -194,10 +234,22 @@ def _compress_counts(counts: list[int]) -> str:
 @given(st.lists(st.integers(min_value=1, max_value=128), min_size=1, max_size=50))
 @example([2, 2, 2, 1])
 def test_per_node_counts_round_trip_through_slurms_compressed_form(counts: list[int]) -> None:
-    assert parse_counts(_compress_counts(counts), source="SLURM_TASKS_PER_NODE") == counts
+    parsed = parse_counts(_compress_counts(counts), source="SLURM_TASKS_PER_NODE")
+    assert parsed.expand() == counts
+    assert [parsed[node] for node in range(len(parsed))] == counts
+    assert parsed.total() == sum(counts)
 
 
-@pytest.mark.parametrize("text", ["", "2(x3", "2(3)", "x3", "0", "2(x0)", "2,,1", "-1", "1.5"])
+def test_a_huge_repeat_count_is_kept_compressed_not_expanded() -> None:
+    parsed = parse_counts("1(x2000000000)", source="SLURM_STEP_TASKS_PER_NODE")
+    assert len(parsed) == 2_000_000_000
+    assert parsed.total() == 2_000_000_000
+    assert parsed[1_999_999_999] == 1
+
+
+@pytest.mark.parametrize(
+    "text", ["", "2(x3", "2(3)", "x3", "0", "2(x0)", "2,,1", "-1", "1.5", "1(x1e10)"]
+)
 def test_malformed_per_node_counts_name_the_variable_and_show_the_accepted_form(
     text: str,
 ) -> None:
@@ -229,6 +281,20 @@ def test_launcher_integers_are_ascii_digits_or_an_error_naming_variable_and_valu
             read_int(env, "SLURM_PROCID")
         assert f"SLURM_PROCID={text!r}" in str(caught.value)
         assert "integer >= 0" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["100000000000000000000", "2147483648", "7" * 5000])
+def test_ranks_beyond_what_torch_can_hold_are_range_errors_naming_the_variable(
+    value: str,
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        accelbackends.Registry(
+            env={"ACCELBACKENDS_DISABLE_PLUGIN_AUTOLOAD": "1", "RANK": value, "WORLD_SIZE": "2"}
+        ).cluster_environment()
+    message = str(caught.value)
+    assert message.startswith("RANK=")
+    assert "out of range; use an integer from 0 to 2147483647" in message
+    assert len(message) < 200  # a 5,000-digit value is not echoed whole
 
 
 @given(st.integers(min_value=-10, max_value=70000))

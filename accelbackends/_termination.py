@@ -1,0 +1,103 @@
+"""SIGTERM that ends the command line within seconds, whatever the main thread is blocked in.
+
+CPython runs a Python signal handler only between bytecodes of the main thread. While that
+thread waits inside native code (a Gloo connect, a TCPStore wait: torch releases the GIL there
+but does not return for minutes), the ``_Terminated`` handler of the CLI never runs, and a
+launcher's SIGTERM (``scancel``, ``mpirun`` stopping a job, a Kubernetes pod deletion) is ignored
+until the launcher escalates to SIGKILL.
+
+The C-level part of CPython's signal handling still runs at once: it writes the signal number to
+the *wakeup fd* (`signal.set_wakeup_fd`). A daemon thread blocked on that pipe wakes, gives
+the Python handler ``grace`` seconds to take over (it calls `Watchdog.handled`, after which
+the main thread's own cleanup runs unhurried), and otherwise prints the same line the handler
+would and ends the process with `os._exit`: nothing of the main thread can be cleaned up
+while it is stuck in native code, and a rank has nothing that outlives it (its store connection
+and sockets close with the process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+__all__ = ["GRACE_S", "Watchdog", "watch_sigterm"]
+
+#: How long the Python handler gets to start before the process is ended from the side thread.
+GRACE_S = 3.0
+_STOP = b"\0"  # not a signal number: tells the thread to end
+
+
+class Watchdog:
+    def __init__(self, grace: float, exit_code: int, message: str) -> None:
+        self.grace = grace
+        self.exit_code = exit_code
+        self.message = message
+        self._handled = threading.Event()
+
+    def handled(self) -> None:
+        """The Python handler ran: the main thread is responsive and cleans up itself."""
+        self._handled.set()
+
+    def _run(self, wakeup: int) -> None:
+        # The kernel hands a process-directed signal to any thread that does not block it. Were
+        # it this one, the main thread would sleep on (a sleep or select is cut short only in
+        # the thread that took the signal), its handler would not run, and the grace would run
+        # out on a responsive process: leave every signal to the other threads.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        while True:
+            try:
+                data = os.read(wakeup, 64)
+            except OSError:
+                return
+            if not data or _STOP in data:
+                return
+            if signal.SIGTERM in data:
+                break
+        if self._handled.wait(self.grace):
+            return
+        try:
+            sys.stderr.write(self.message + "\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(self.exit_code)
+
+
+@contextmanager
+def watch_sigterm(
+    exit_code: int, message: str, grace: float = GRACE_S
+) -> Iterator[Watchdog | None]:
+    """Within the block, a SIGTERM ends the process after ``grace`` seconds at the latest.
+
+    Yields None (and does nothing) outside the main thread, where no wakeup fd can be set.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    watchdog = Watchdog(grace, exit_code, message)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # an embedding interpreter refused it; keep the plain handler
+        os.close(read_end)
+        os.close(write_end)
+        yield None
+        return
+    thread = threading.Thread(
+        target=watchdog._run, args=(read_end,), name="accelbackends-sigterm", daemon=True
+    )
+    thread.start()
+    try:
+        yield watchdog
+    finally:
+        signal.set_wakeup_fd(previous)
+        with suppress(OSError):
+            os.write(write_end, _STOP)
+        thread.join(timeout=1)
+        os.close(write_end)
+        if not thread.is_alive():
+            os.close(read_end)
