@@ -259,6 +259,20 @@ def _show_warnings_as_one_line() -> None:
     warnings.showwarning = show
 
 
+def _show_library_messages() -> None:
+    """The library's progress and warnings (e.g. "waiting for ranks: 1/2 joined …"), logged
+    under ``accelbackends``, as plain lines on stderr."""
+    import logging
+
+    logger = logging.getLogger("accelbackends")
+    if not any(getattr(h, "_accelbackends_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("accelbackends: %(message)s"))
+        handler._accelbackends_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
     _show_warnings_as_one_line()
@@ -284,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     global _watchdog
+    _show_library_messages()
     restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:

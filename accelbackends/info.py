@@ -13,7 +13,7 @@ import platform
 import sys
 from typing import Any
 
-from . import affinity
+from . import affinity, membership, network
 from .plugin import config
 from .plugin.errors import AccelBackendsError, ConfigError, first_line
 from .plugin.packages import installed
@@ -113,6 +113,21 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         else:
             cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
             cluster.update(sources=dict(found.sources), error=None)
+            if found.world_size > 1 and found.master_addr is not None:
+                # The address rank 0 will host on and the others dial: flag it here, where the
+                # user looks, instead of at the end of a rendezvous timeout.
+                where = found.source("master_addr")
+                problem = network.master_addr_problem(
+                    found.master_addr, where, check_resolves=False
+                )
+                if problem is not None:
+                    cluster["error"] = problem
+                    errors.append(problem)
+                    bad_input.append(True)
+                else:
+                    # Only a warning: info may run where the compute nodes' names do not
+                    # resolve (a login node); rank 0 refuses the same name with exit 2.
+                    cluster["warning"] = network.master_addr_problem(found.master_addr, where)
     cpu_affinity: dict[str, Any] = {"error": "not planned: no accelerator was selected"}
     if selection is not None and found is not None:
         try:
@@ -121,6 +136,10 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             cpu_affinity = {"error": failed(exc)}
     elif found is None:
         cpu_affinity = {"error": "not planned: the cluster environment is not known"}
+    membership_line = membership.describe(registry.env)
+    if membership_line.startswith("error: "):
+        errors.append(membership_line.removeprefix("error: "))
+        bad_input.append(True)
     override_errors = config.validate(registry.env)
     new = [message for message in override_errors.values() if message not in errors]
     errors += new
@@ -135,6 +154,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         "accelerators": accelerators,
         "selected": selected,
         "cluster": cluster,
+        "membership": membership_line,
         "cpu_affinity": cpu_affinity,
         "overrides": config.overrides(registry.env),
         "override_errors": override_errors,
@@ -202,10 +222,12 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         lines.append("  (* default backend)")
     lines.append("")
     cluster = report["cluster"]
+    lines.append(f"cluster: {cluster['launcher'] or 'unknown'}")
     if cluster.get("error"):
-        lines.append(f"cluster: unknown: error: {cluster['error']}")
-    else:
-        lines.append(f"cluster: {cluster['launcher']}")
+        lines[-1] += f": error: {cluster['error']}"
+    if cluster.get("warning"):
+        lines.append(f"  warning: {cluster['warning']}")
+    if cluster["launcher"] is not None:
         sources = cluster["sources"]
         rows = [
             [
@@ -233,6 +255,8 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             for p in plugins
         ]
         lines += aligned(rows, "  ", width)
+    lines.append("")
+    lines.append(f"membership: {report['membership']}")
     lines.append("")
     overrides = report["overrides"]
     lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")

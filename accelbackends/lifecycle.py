@@ -20,6 +20,8 @@ from typing import Any
 
 from . import affinity
 from .integrations import _environment, _recognition
+from .membership import __name__ as _membership_module
+from .membership import verify_group
 from .network import GLOO_INTERFACE, gloo_interface_for
 from .plugin import config
 from .plugin.errors import (
@@ -39,7 +41,13 @@ from .plugin.types import (
     Selection,
 )
 from .registry import Registry, default_registry
-from .rendezvous import DEFAULT_RENDEZVOUS_TIMEOUT, Rendezvous, host_early, meet
+from .rendezvous import (
+    DEFAULT_RENDEZVOUS_TIMEOUT,
+    Rendezvous,
+    host_early,
+    meet,
+    quiet_torch_logs,
+)
 from .rendezvous import __name__ as _rendezvous_module
 from .selection import select
 from .undo import EnvironmentChanges
@@ -171,6 +179,7 @@ def init(
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
 
+    quiet_torch_logs()
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -250,10 +259,10 @@ def _forget_stores_in_traceback(
     kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
 ) -> bool:
     """On failure, drop the locals of the finished frames that hold a store (the rendezvous
-    module's, and ``_initialise``'s), for the reason ``_Held`` gives."""
+    and membership modules', and ``_initialise``'s), for the reason ``_Held`` gives."""
     while traceback is not None:
         frame = traceback.tb_frame
-        if frame.f_globals.get("__name__") == _rendezvous_module or (
+        if frame.f_globals.get("__name__") in (_rendezvous_module, _membership_module) or (
             frame.f_code is _initialise.__code__
         ):
             with contextlib.suppress(RuntimeError):  # still executing: not ours to clear
@@ -324,7 +333,13 @@ def _initialise(
         os.environ[GLOO_INTERFACE] = interface
 
     _generation += 1
-    rendezvous = meet(cluster, join_timeout=join_s, generation=_generation, server=server.store)
+    rendezvous = meet(
+        cluster,
+        join_timeout=join_s,
+        generation=_generation,
+        server=server.store,
+        env=registry.env,
+    )
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
     extra: dict[str, Any] = {}
@@ -346,7 +361,20 @@ def _initialise(
             f"{cluster.rank}: {first_line(exc)}"
         ) from exc
     steps.callback(_destroy_process_group)
-    _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
+    if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
+        # Before the first user collective: a process that slipped into the collectives by
+        # writing store keys directly cannot answer this. Every rank has finished
+        # init_process_group once it completes, so it is also the barrier below.
+        verify_group(
+            rendezvous.admission,
+            cluster.rank,
+            cluster.world_size,
+            # CPU tensors wherever the process group has a CPU backend: no device work.
+            "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
+            join_s,
+        )
+    else:
+        _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
     if seed is not None:
         _seed(seed + (cluster.rank if seed_per_rank else 0))
     context = Context(

@@ -18,11 +18,22 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["GLOO_INTERFACE", "gloo_interface_for", "interface_towards"]
+__all__ = [
+    "GLOO_INTERFACE",
+    "RESOLVE_TIMEOUT",
+    "connections_to",
+    "gloo_interface_for",
+    "interface_towards",
+    "is_local_address",
+    "master_addr_problem",
+    "resolve",
+]
 
 GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"
 
 _SIOCGIFADDR = 0x8915  # linux/sockios.h
+#: How long a name lookup may take before the name counts as unresolvable, seconds.
+RESOLVE_TIMEOUT = 10.0
 
 
 def _ipv4_addresses() -> list[tuple[str, str]]:
@@ -80,3 +91,89 @@ def gloo_interface_for(
     if "gloo" not in backend or not spans_hosts or not master_addr or GLOO_INTERFACE in environ:
         return None
     return interface_towards(master_addr)
+
+
+def master_addr_problem(
+    value: str, source: str = "MASTER_ADDR", *, check_resolves: bool = True
+) -> str | None:
+    """What is wrong with ``value`` as rank 0's address, in one line, or None: whitespace, IPv6
+    brackets, or (with ``check_resolves``) a name that does not resolve on this host. For
+    ``info`` and the rendezvous."""
+    said = _said(value, source)
+    if value != value.strip() or any(c.isspace() for c in value):
+        return f"{said} contains whitespace; give the bare host name or address"
+    if not value:
+        return f"{said} is empty; give rank 0's host name or address"
+    if value.startswith("[") or value.endswith("]"):
+        return (
+            f"{said} has brackets; write IPv6 addresses without them "
+            f"(MASTER_ADDR={value.strip('[]')})"
+        )
+    if check_resolves and resolve(value) is None:
+        return f"{said} does not resolve here; set MASTER_ADDR to rank 0's host name or address"
+    return None
+
+
+def _said(value: str, source: str) -> str:
+    if source.endswith(" (first host)"):
+        return f"the first host of {source.removesuffix(' (first host)')}, {value!r},"
+    if source.isidentifier() and source.isupper():
+        return f"{source}={value!r}"
+    return f"rank 0's address {value!r} (from {source})"
+
+
+def resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> list[str] | None:
+    """The addresses ``host`` resolves to, or None when it does not resolve within ``timeout``
+    seconds (a resolver that hangs must not hold the rendezvous past its own timeout)."""
+    import threading
+
+    found: list[list[str]] = []
+
+    def lookup() -> None:
+        with contextlib.suppress(OSError, UnicodeError):
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            found.append([str(info[4][0]) for info in infos])
+
+    worker = threading.Thread(target=lookup, name="accelbackends-resolve", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return found[0] if found and found[0] else None
+
+
+def is_local_address(address: str) -> bool:
+    """True when this host owns ``address`` (it can bind a socket to it)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address.split("%")[0], 0))
+    except OSError:
+        return False
+    return True
+
+
+def connections_to(port: int, proc: Path = Path("/proc/net")) -> list[str]:
+    """``address:port`` of every established TCP connection to local ``port`` (Linux; empty
+    elsewhere): who is talking to the rendezvous store."""
+    peers: list[str] = []
+    for name, width in (("tcp", 4), ("tcp6", 16)):
+        with contextlib.suppress(OSError):
+            for line in (proc / name).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) < 4 or fields[3] != "01":  # 01: ESTABLISHED
+                    continue
+                local, remote = fields[1], fields[2]
+                if int(local.rsplit(":", 1)[1], 16) != port:
+                    continue
+                address, remote_port = remote.rsplit(":", 1)
+                peers.append(f"{_proc_address(address, width)}:{int(remote_port, 16)}")
+    return peers
+
+
+def _proc_address(hexadecimal: str, width: int) -> str:
+    raw = bytes.fromhex(hexadecimal)
+    # /proc prints each 32-bit word in host (little-endian) order.
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words if width == 16 else words[:4])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return str(address.ipv4_mapped)
+    return str(address)

@@ -8,16 +8,21 @@ never come, fails with "k/N ranks joined"; only then is the collective timeout s
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import socket
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .plugin import config
-from .plugin.errors import RendezvousError, RendezvousWarning, first_line
+from . import membership, network
+from .membership import Admission, Secret, load_secret
+from .plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
 from .plugin.types import ClusterInfo
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "host_early",
     "host_loopback_store",
     "meet",
+    "quiet_torch_logs",
 ]
 
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
@@ -33,7 +39,12 @@ _KEY = "accelbackends"
 _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 #: How much longer than its own timeout a store connection may take before it counts as hung
 #: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
-_CONNECT_GRACE = 5.0
+_CONNECT_GRACE = 1.0
+#: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
+_CONFLICT_TIMEOUT = 2.0
+_PEERS_SHOWN = 8
+
+log = logging.getLogger("accelbackends.rendezvous")
 
 
 @dataclass
@@ -42,14 +53,26 @@ class Rendezvous:
 
     store: Any
     raw: Any
+    #: What the ranks agreed on when they proved membership (None for a single rank).
+    admission: Admission | None = None
+
+
+def _port_said(cluster: ClusterInfo) -> str:
+    source = cluster.source("master_port")
+    if source.isidentifier() and source.isupper():
+        return f"{source}={cluster.master_port}"
+    return f"port {cluster.master_port} ({source})"
 
 
 def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
     import torch.distributed as dist
 
     try:
+        # The store listens on every address whatever host it is given; the host only serves
+        # its own internal client, and loopback keeps that from depending on name lookups or
+        # on MASTER_ADDR being this host (a foreign address made torch fail with "Ping failed").
         return dist.TCPStore(
-            cluster.master_addr or "127.0.0.1",
+            "127.0.0.1",
             cluster.master_port or 0,
             cluster.world_size,
             True,
@@ -58,18 +81,54 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
         )
     except dist.DistNetworkError as exc:
         if "EADDRINUSE" in str(exc) or "address already in use" in str(exc):
+            message = (
+                f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
+                "host, so rank 0 cannot host the rendezvous store there (another job or "
+                "program holds it); set MASTER_PORT to a free port"
+            )
+            _warn_the_other_job(cluster, message)
             raise RendezvousError(
-                f"{cluster.source('master_port')}={cluster.master_port}: port "
-                f"{cluster.master_port} is already in use on this host, so rank 0 cannot host "
-                "the rendezvous store there; choose a free port or stop the process using it"
+                f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
+                "host, so rank 0 cannot host the rendezvous store there (another job or "
+                "program holds it); set MASTER_PORT to a free port"
             ) from None
         raise RendezvousError(
-            f"rank 0 could not host the rendezvous store on port {cluster.master_port}: "
-            f"{first_line(exc)}"
+            f"rank 0 could not host the rendezvous store on {_port_said(cluster)}: "
+            f"{first_line(exc).rstrip('.')}"
         ) from None
 
 
-def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
+def _warn_the_other_job(cluster: ClusterInfo, message: str) -> None:
+    """This job's other ranks may already have joined the job that holds the port (same port,
+    same keys when the launcher gives no job identity): tell that job's rank 0, which then
+    refuses to admit them rather than run with another job's ranks. Best effort, quick."""
+    import torch.distributed as dist
+
+    def tell() -> None:
+        with contextlib.suppress(Exception):
+            store = dist.TCPStore(
+                "127.0.0.1",
+                cluster.master_port or 0,
+                cluster.world_size,
+                False,
+                timedelta(seconds=_CONFLICT_TIMEOUT),
+            )
+            membership.report_conflict(
+                store,
+                f"{_KEY}/{cluster.run_id}/",
+                f"a second job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
+                f"{_port_said(cluster)} taken by this job, so ranks of both jobs may be "
+                "joining this rendezvous; give each job its own MASTER_PORT",
+            )
+
+    # Whatever holds the port may accept and never answer (a store client then blocks for
+    # minutes): a daemon thread, waited for briefly.
+    worker = threading.Thread(target=tell, name="accelbackends-port-conflict", daemon=True)
+    worker.start()
+    worker.join(_CONFLICT_TIMEOUT + 1)
+
+
+def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     import torch.distributed as dist
 
     where = (
@@ -81,32 +140,82 @@ def _client(cluster: ClusterInfo, timeout: timedelta) -> Any:
 
     def connect() -> None:
         try:
+            remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
             outcome["store"] = dist.TCPStore(
-                cluster.master_addr, cluster.master_port, cluster.world_size, False, timeout
+                cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
             )
         except Exception as exc:
             outcome["error"] = exc
 
     # A TCPStore client whose peer accepts the connection but never answers (another program on
-    # MASTER_PORT) blocks for minutes in torch 2.13, whatever its timeout; the constructor
-    # releases the GIL, so wait for it from here and give up on time. The stuck thread is a
-    # daemon and dies with the process.
+    # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
+    # torch 2.13, whatever its timeout; the constructor releases the GIL, so wait for it from
+    # here and give up at the rendezvous deadline. The stuck thread is a daemon and dies with
+    # the process.
     worker = threading.Thread(target=connect, name="accelbackends-store-connect", daemon=True)
     worker.start()
-    worker.join(seconds + _CONNECT_GRACE)
+    worker.join(max(0.0, deadline - time.monotonic()) + _CONNECT_GRACE)
+    if worker.is_alive() and not _answers_tcp(cluster.master_addr, cluster.master_port):
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
+            "address reachable from this node?"
+        )
     if worker.is_alive():
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
-            f"answer as a rendezvous store within {seconds:g} s; is another program using that "
-            "port?"
+            f"answer as a rendezvous store within {seconds:g} s: another program is using that "
+            "port, or the store is flooded with connections that never speak (a denial of "
+            "service on MASTER_PORT)"
         )
     if "error" in outcome:
         raise RendezvousError(
             f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
-            f"{seconds:g} s: {first_line(outcome['error'])}; is rank 0 running, and is the "
-            "address reachable from this node?"
+            f"{seconds:g} s: {first_line(outcome['error']).rstrip('.')}; is rank 0 running, "
+            "and is the address reachable from this node?"
         ) from None
     return outcome["store"]
+
+
+def _answers_tcp(host: str | None, port: int | None) -> bool:
+    """Whether anything accepts a TCP connection at ``host:port`` right now."""
+    try:
+        socket.create_connection((host or "127.0.0.1", port or 0), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:
+    """Resolve rank 0's address once, up front, and say what is wrong with it in words."""
+    assert cluster.master_addr is not None
+    problem = network.master_addr_problem(cluster.master_addr, cluster.source("master_addr"))
+    if problem:
+        raise ConfigError(f"rank {cluster.rank}: {problem}")
+    if cluster.rank != 0 or cluster.store_hosted:
+        return
+    addresses = network.resolve(cluster.master_addr, min(timeout, network.RESOLVE_TIMEOUT)) or []
+    if addresses and not any(network.is_local_address(a) for a in addresses):
+        log.warning(
+            "%s=%s resolves to %s, which is not an address of this host (%s), where rank 0 "
+            "runs: the other ranks will look for the rendezvous store there",
+            cluster.source("master_addr"),
+            cluster.master_addr,
+            ", ".join(sorted(set(addresses))),
+            socket.gethostname(),
+        )
+
+
+def quiet_torch_logs() -> None:
+    """Keep torch's C++ warnings (``[W… socket.cpp]`` for every store connection retry, which
+    the errors here explain in words) off stderr in library use. torch reads
+    ``TORCH_CPP_LOG_LEVEL`` once, when it is imported, so this only acts before that; a level
+    the user set wins."""
+    import os
+    import sys
+
+    if "torch" not in sys.modules:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 def host_early(cluster: ClusterInfo, join_timeout: float) -> Any | None:
@@ -126,27 +235,39 @@ def host_early(cluster: ClusterInfo, join_timeout: float) -> Any | None:
         or cluster.master_port is None
     ):
         return None
+    if cluster.master_addr not in _WILDCARDS:
+        _check_master_addr(cluster, join_timeout)
     return _server(cluster, timedelta(seconds=join_timeout))
 
 
 def meet(
-    cluster: ClusterInfo, *, join_timeout: float, generation: int, server: Any | None = None
+    cluster: ClusterInfo,
+    *,
+    join_timeout: float,
+    generation: int,
+    server: Any | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Rendezvous:
-    """Connect to (or host) the store and wait until all ``world_size`` ranks have joined.
-    ``server`` is rank 0's store if `host_early` already started it."""
+    """Connect to (or host) the store, prove membership and wait until rank 0 has admitted all
+    ``world_size`` ranks. ``server`` is rank 0's store if `host_early` already started it;
+    ``env`` is where the job's secret is configured (``os.environ`` by default)."""
     import torch.distributed as dist
 
+    deadline = time.monotonic() + join_timeout
     if cluster.store_socket is not None:
-        # -1: FileStore must not delete the file when its users leave; spawn() removes it.
+        # A file in a directory only this user may enter: nobody else can open it, so the ranks
+        # need no secret to tell each other apart from intruders. -1: FileStore must not delete
+        # the file when its users leave; spawn() removes the directory.
         raw = dist.FileStore(cluster.store_socket, -1)
         raw.set_timeout(timedelta(seconds=join_timeout))
         return _join(
             raw,
             cluster,
             join_timeout,
-            time.monotonic() + join_timeout,
+            deadline,
             generation,
             where=f"the local store {cluster.store_socket}",
+            secret=Secret(None, "a private local socket"),
         )
     if cluster.world_size == 1 and not cluster.store_hosted:
         store = dist.HashStore()
@@ -157,6 +278,7 @@ def meet(
             "environment gives none; set MASTER_ADDR and MASTER_PORT to rank 0's host and a "
             "free port"
         )
+    secret = load_secret(env)
     if cluster.master_addr in _WILDCARDS:
         warnings.warn(
             f"{cluster.source('master_addr')}={cluster.master_addr} is a wildcard address: "
@@ -166,14 +288,15 @@ def meet(
             RendezvousWarning,
             stacklevel=3,
         )
+    elif server is None:  # host_early checked it before hosting
+        _check_master_addr(cluster, join_timeout)
     timeout = timedelta(seconds=join_timeout)
-    deadline = time.monotonic() + join_timeout
     if server is not None:
         raw = server
     elif cluster.rank == 0 and not cluster.store_hosted:
         raw = _server(cluster, timeout)
     else:
-        raw = _client(cluster, timeout)
+        raw = _client(cluster, timeout, deadline)
     return _join(
         raw,
         cluster,
@@ -181,6 +304,7 @@ def meet(
         deadline,
         generation,
         where=f"{cluster.master_addr}:{cluster.master_port}",
+        secret=secret,
     )
 
 
@@ -192,30 +316,56 @@ def _join(
     generation: int,
     *,
     where: str,
+    secret: Secret,
 ) -> Rendezvous:
-    """Count this rank in and wait, until ``deadline``, for all the others."""
+    """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
     import torch.distributed as dist
 
     prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
-    joined = raw.add(prefix + "joined", 1)
-    if joined >= cluster.world_size:
-        raw.set(prefix + "complete", "1")
-    else:
-        remaining = max(0.1, deadline - time.monotonic())
-        try:
-            raw.wait([prefix + "complete"], timedelta(seconds=remaining))
-        except RuntimeError:  # TCPStore raises DistStoreError, FileStore "Wait timeout"
-            try:
-                joined = raw.add(prefix + "joined", 0)
-            except RuntimeError:
-                joined = -1
-            count = f"{joined}/{cluster.world_size}" if joined >= 0 else "not all"
-            raise RendezvousError(
-                f"rendezvous timed out after {join_timeout:g} s: {count} ranks joined at "
-                f"{where} (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise "
-                "the missing ranks never started or cannot reach this address)"
-            ) from None
-    return Rendezvous(dist.PrefixStore(prefix, raw), raw)
+    hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
+    port = cluster.master_port
+
+    def diagnose() -> str:
+        if not hosts_store or port is None:
+            return ""
+        peers = network.connections_to(port)
+        # Each rank holds one connection, rank 0's own client included.
+        if len(peers) <= cluster.world_size:
+            return ""
+        return (
+            f"; {len(peers)} connections are open to port {port}, more than the job's "
+            f"{cluster.world_size} ranks use: another program is holding the port's "
+            "connections (a denial of service), which may keep the missing ranks out"
+        )
+
+    def peers() -> str:
+        found = network.connections_to(port) if hosts_store and port is not None else []
+        if not found:
+            return ""
+        shown = ", ".join(found[:_PEERS_SHOWN])
+        more = f" and {len(found) - _PEERS_SHOWN} more" if len(found) > _PEERS_SHOWN else ""
+        return f" (connected to the store: {shown}{more})"
+
+    try:
+        admission = membership.admit(
+            raw,
+            prefix,
+            rank=cluster.rank,
+            world_size=cluster.world_size,
+            secret=secret,
+            deadline=deadline,
+            join_timeout=join_timeout,
+            where=where,
+            diagnose=diagnose,
+            peers=peers,
+        )
+    except dist.DistError as exc:
+        raise RendezvousError(
+            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
+            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
+            "store)"
+        ) from None
+    return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission)
 
 
 def free_loopback_socket() -> socket.socket:

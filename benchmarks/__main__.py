@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "init-overhead": "benchmarks.init_overhead",
     "rendezvous-scale": "benchmarks.rendezvous_scale",
     "rendezvous-stalls": "benchmarks.rendezvous_stalls",
+    "membership": "benchmarks.membership",
     "local-stores": "benchmarks.local_stores",
     "check-overhead": "benchmarks.check_overhead",
     "cpu-affinity": "benchmarks.cpu_affinity",

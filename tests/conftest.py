@@ -6,6 +6,7 @@ import importlib
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -19,6 +20,10 @@ import accelbackends
 from accelbackends import accelerators, isolation
 from accelbackends import registry as _registry
 from accelbackends.testing import cluster as kit_cluster
+
+# The per-user secret file (accelbackends.membership) goes to a fresh directory, never into the
+# home of whoever runs the suite; child processes inherit it.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="accelbackends-tests-config-")
 
 #: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
 BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)

@@ -151,6 +151,11 @@ def test_bad_override_still_prints_the_report_with_the_error_where_it_applies_an
         ({"ACCELBACKENDS_BACKEND": "nccl"}, "selected"),
         ({"RANK": "0"}, "cluster"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "cluster"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[::1]", "MASTER_PORT": "29500"},
+            "cluster",
+        ),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h ", "MASTER_PORT": "29500"}, "cluster"),
     ],
 )
 def test_info_json_with_a_bad_variable_is_the_whole_object_with_the_error(
@@ -325,3 +330,14 @@ def test_a_bad_cpu_affinity_mode_is_shown_on_its_section_and_exits_2(cli: Cli) -
     assert result.returncode == 2
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("cpu affinity:"))
     assert line.startswith("cpu affinity: error: ACCELBACKENDS_CPU_AFFINITY='bogus'")
+
+
+def test_info_warns_about_a_master_addr_that_does_not_resolve_without_failing(cli: Cli) -> None:
+    # info may run on a login node where the compute nodes' names do not resolve: a warning
+    # there; rank 0 refuses the same name when it starts.
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid"}
+    result = cli("info", "--json", env={**env, "MASTER_PORT": "29500"})
+    assert result.returncode == 0, result.stderr
+    cluster = json.loads(result.stdout)["cluster"]
+    assert cluster["error"] is None
+    assert "'no-such-host.invalid' does not resolve here" in cluster["warning"]

@@ -27,6 +27,7 @@ __all__ = [
     "RENDEZVOUS_TIMEOUT",
     "MAX_SECONDS",
     "MIN_SECONDS",
+    "SECRET",
     "SHARE_DEVICES",
     "TIMEOUT",
     "overrides",
@@ -53,6 +54,7 @@ RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT"
 SHARE_DEVICES = PREFIX + "SHARE_DEVICES"
 EAGER_INIT = PREFIX + "EAGER_INIT"
 NVML = PREFIX + "NVML"
+SECRET = PREFIX + "SECRET"
 PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 
@@ -69,6 +71,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SHARE_DEVICES: "1: let more local ranks than visible devices share them, round robin",
     EAGER_INIT: "1/0: pass device_id= to init_process_group for NCCL eager init, or never",
     NVML: "auto, off, or a module with pynvml's functions: where the CUDA probe asks NVML",
+    SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
     PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
 }

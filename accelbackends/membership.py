@@ -1,0 +1,643 @@
+"""Who belongs to a job: the shared secret, and the proof every rank gives before any collective.
+
+torch's TCP store and Gloo authenticate nobody: any process that can reach ``MASTER_PORT`` can
+count itself in as a rank and answer collectives (see docs/security.md). Here every rank proves
+that it knows the job's secret — an HMAC over the job's rendezvous identity, its rank and a fresh
+nonce from rank 0, so the secret never crosses the store and no proof can be replayed in another
+job or attempt — and rank 0 admits the group only when every rank's proof checks out. A second
+proof is exchanged over the initialised process group itself, before the first user collective.
+
+The secret comes from ``ACCELBACKENDS_SECRET`` (a value, or the path of a file holding one), or
+else from a per-user file, created on first use with mode 0600 in the user's configuration
+directory; on a cluster the home directory is shared, so every node of a user's job finds the same
+file. ``ACCELBACKENDS_SECRET=off`` turns the check off.
+
+Nothing here imports torch at import time; the store protocol imports it when it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+import stat
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .plugin import config
+from .plugin.errors import ConfigError, RendezvousError
+
+__all__ = [
+    "OFF",
+    "SECRET",
+    "Admission",
+    "Secret",
+    "admit",
+    "describe",
+    "load_secret",
+    "report_conflict",
+    "secret_source",
+    "user_secret_path",
+    "verify_group",
+]
+
+SECRET = config.SECRET
+OFF = "off"
+_SECRET_BYTES = 32
+_FILE_NAME = "secret"
+#: How often rank 0 looks for a process that wrote to the rendezvous without a proof, and how
+#: often it says who is still missing.
+_TICK = 1.0
+PROGRESS_EVERY = 10.0
+#: How long the other ranks wait for rank 0's verdict after the rendezvous timeout has passed
+#: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
+_VERDICT_GRACE = 3.0
+_MISSING_SHOWN = 8
+
+log = logging.getLogger("accelbackends.rendezvous")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """The job's secret and where it came from; ``key`` is None when the check is off."""
+
+    key: bytes | None
+    #: Where it comes from, for ``info`` and errors; never the value.
+    source: str
+
+    @property
+    def enabled(self) -> bool:
+        return self.key is not None
+
+
+def user_secret_path(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user secret file: ``$XDG_CONFIG_HOME/accelbackends/secret`` or
+    ``~/.config/accelbackends/secret``."""
+    environ = os.environ if env is None else env
+    # Like Path.home(), fall back on the process's own variable where ``env`` has none.
+    base = (environ.get("XDG_CONFIG_HOME") or os.environ.get("XDG_CONFIG_HOME", "")).strip()
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return root / "accelbackends" / _FILE_NAME
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", "~", "./", "../"))
+
+
+def secret_source(env: Mapping[str, str] | None = None) -> str:
+    """Where the secret would come from, in words (for ``info``); reads and creates nothing, and
+    never shows the value. A bad ``ACCELBACKENDS_SECRET`` is a ConfigError."""
+    environ = os.environ if env is None else env
+    value = environ.get(SECRET)
+    if value is None or not value.strip():
+        path = user_secret_path(environ)
+        state = "" if path.exists() else "; created on first use"
+        return f"per-user file {path} (mode 0600{state})"
+    if value.strip().lower() == OFF:
+        return (
+            f"off: membership is not checked ({SECRET}=off); any process that reaches "
+            "MASTER_PORT can join this job"
+        )
+    if _looks_like_path(value.strip()):
+        path = Path(value.strip()).expanduser()
+        _check_file(path, SECRET)
+        return f"{SECRET} file {path}"
+    return f"{SECRET} (a value, {len(value.strip())} characters)"
+
+
+def describe(env: Mapping[str, str] | None = None) -> str:
+    """One line for ``info``: where the secret comes from, a warning when the check is off, or
+    what is wrong with ``ACCELBACKENDS_SECRET``; never the secret itself."""
+    try:
+        source = secret_source(env)
+    except ConfigError as exc:
+        return f"error: {exc}"
+    if source.startswith("off"):
+        return f"WARNING: {source}"
+    return f"ranks prove they hold the job's secret, from {source}"
+
+
+def _check_file(path: Path, source: str) -> os.stat_result:
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigError(
+            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror}); give the "
+            "path of a file only you can read, a secret value, or 'off'"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{source}={str(path)!r} is not a regular file; give a secret file")
+    if info.st_mode & stat.S_IROTH:
+        raise ConfigError(
+            f"{source}={str(path)!r} is readable by every user of this machine, so it proves "
+            f"nothing; run chmod 600 {path}"
+        )
+    return info
+
+
+def _read_key(path: Path, source: str) -> bytes:
+    _check_file(path, source)
+    try:
+        data = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror})"
+        ) from None
+    if not data:
+        raise ConfigError(f"{source}={str(path)!r} is empty; put a long random value in it")
+    return data
+
+
+def _create_user_secret(path: Path) -> None:
+    """Write a fresh secret to ``path`` unless it exists, atomically: a complete file appears
+    under its name or none does, and of two processes creating it at once (two ranks, two nodes
+    on a shared home) exactly one wins and both then read the winner's."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{_FILE_NAME}.{socket.gethostname()}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(_SECRET_BYTES) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        # link() never replaces an existing file (rename would), also on NFS.
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def load_secret(env: Mapping[str, str] | None = None) -> Secret:
+    """The job's secret: ``ACCELBACKENDS_SECRET`` (value, file path or ``off``), else the per-user
+    file (created on first use)."""
+    environ = os.environ if env is None else env
+    value = environ.get(SECRET)
+    if value is not None and value.strip():
+        text = value.strip()
+        if text.lower() == OFF:
+            return Secret(None, secret_source(environ))
+        if _looks_like_path(text):
+            path = Path(text).expanduser()
+            return Secret(_read_key(path, SECRET), f"{SECRET} file {path}")
+        return Secret(text.encode(), f"{SECRET} (a value)")
+    path = user_secret_path(environ)
+    if not path.exists():
+        try:
+            _create_user_secret(path)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the per-user secret file {path} ({exc.strerror}); set {SECRET} "
+                "to a secret value or file shared by every rank of the job"
+            ) from None
+    info = _check_file(path, f"the per-user secret file {path}")
+    if info.st_uid != os.getuid():
+        raise ConfigError(
+            f"the per-user secret file {path} belongs to another user (uid {info.st_uid}); "
+            f"remove it, or set {SECRET}"
+        )
+    return Secret(_read_key(path, "the per-user secret file"), f"per-user file {path}")
+
+
+def _mac(key: bytes, *parts: object) -> str:
+    message = "\0".join(str(part) for part in parts).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the ranks agreed on at the rendezvous; the second proof is made from it."""
+
+    identity: str
+    nonce: str
+    secret: Secret
+    #: Reads a collision reported after the admission (a late rank of this job finding its
+    #: place taken); checked once more before the first user collective.
+    conflict: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+
+
+class _Store:
+    """The rendezvous keys of one job attempt, on whichever store carries them."""
+
+    def __init__(self, raw: Any, prefix: str) -> None:
+        self.raw = raw
+        self.prefix = prefix
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    def job_key(self, name: str) -> str:
+        """A key shared by every attempt of the job (the prefix without its attempt number)."""
+        return self.prefix.rstrip("/").rsplit("/", 1)[0] + "/" + name
+
+    def claim(self, name: str, value: str) -> str:
+        """Set ``name`` unless someone already did; returns the value it has now."""
+        current = self.raw.compare_set(self.key(name), "", value)
+        return bytes(current).decode(errors="replace")
+
+    def get(self, name: str) -> str:
+        return bytes(self.raw.get(self.key(name))).decode(errors="replace")
+
+    def get_within(self, name: str, seconds: float) -> str | None:
+        """The value of ``name`` once someone sets it (one round trip), or None after
+        ``seconds``."""
+        self.raw.set_timeout(timedelta(seconds=max(seconds, 0.01)))
+        try:
+            return self.get(name)
+        except RuntimeError:  # TCPStore: DistStoreError; FileStore (spawn's): a plain one
+            return None
+
+    def get_many(self, names: list[str]) -> list[str]:
+        keys = [self.key(n) for n in names]
+        try:
+            values = self.raw.multi_get(keys)  # one round trip where the store offers it
+        except (AttributeError, NotImplementedError, RuntimeError):
+            values = [self.raw.get(k) for k in keys]
+        return [bytes(v).decode(errors="replace") for v in values]
+
+    def has(self, name: str) -> bool:
+        return bool(self.raw.check([self.key(name)]))
+
+    def wait(self, names: list[str], seconds: float) -> bool:
+        try:
+            self.raw.wait([self.key(n) for n in names], timedelta(seconds=max(seconds, 0.01)))
+        except RuntimeError:  # TCPStore: DistStoreError; FileStore (spawn's): "Wait timeout"
+            return False
+        return True
+
+
+def _member(rank: int) -> str:
+    return f"member/{rank}"
+
+
+def _port_hint(where: str) -> str:
+    return f"another process is using this job's MASTER_PORT ({where})"
+
+
+def _claimed_by(record: str) -> str:
+    try:
+        data = json.loads(record)
+        return f"{data['host']}, pid {data['pid']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that speaks no accelbackends"
+
+
+def _fail(store: _Store, message: str) -> RendezvousError:
+    """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise."""
+    with contextlib.suppress(Exception):
+        store.raw.set(store.job_key("conflict"), message)
+    return RendezvousError(message)
+
+
+def admit(
+    raw: Any,
+    prefix: str,
+    *,
+    rank: int,
+    world_size: int,
+    secret: Secret,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+    diagnose: Callable[[], str] | None = None,
+    peers: Callable[[], str] | None = None,
+) -> Admission:
+    """Count this rank in and wait until rank 0 has admitted every rank, or fail naming the rank
+    or process that broke the rendezvous. ``diagnose`` adds what rank 0 can see when ranks are
+    missing (e.g. connections held on its port), ``peers`` who is connected to the store when a
+    process is refused."""
+    store = _Store(raw, prefix)
+    identity = f"{prefix}|world_size={world_size}"
+    if rank == 0:
+        nonce = secrets.token_hex(16)
+        if store.claim("nonce", nonce) != nonce:
+            raise _fail(
+                store,
+                f"rank 0: this job's rendezvous keys at {where} were already written by "
+                f"another process before rank 0 started it; {_port_hint(where)}",
+            )
+    else:
+        found = store.get_within("nonce", deadline - time.monotonic())
+        if found is None:
+            raise RendezvousError(
+                f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
+                f"{join_timeout:g} s (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts slowly)"
+            )
+        nonce = found
+    admission = Admission(identity, nonce, secret)
+    record = json.dumps(
+        {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "world_size": world_size,
+            "nonce": nonce,
+            "proof": _mac(secret.key, identity, rank, nonce) if secret.key else "",
+        },
+        sort_keys=True,
+    )
+    if rank == 0:
+        # Rank 0 knows its own proof; it leaves no record and waits for the others'.
+        _admit_as_rank_zero(
+            store, admission, world_size, deadline, join_timeout, where, diagnose, peers
+        )
+        return Admission(identity, nonce, secret, lambda: _conflict(store))
+    current = store.claim(_member(rank), record)
+    if current != record:
+        # Taken: by this job's own rank (so this process belongs to another job that shares
+        # the port and keys, e.g. a second MPICH job), or by an intruder.
+        if store.has("verdict"):
+            verdict = _read_verdict(store.get("verdict"), admission)
+            if verdict is not None and not verdict[0]:
+                raise RendezvousError(verdict[1])
+            raise _fail(
+                store,
+                f"rank {rank}: the rendezvous at {where} has already admitted all its ranks, "
+                f"so this rank belongs to another job (no more ranks than the world size of "
+                f"{world_size} are admitted); {_port_hint(where)}; give each job its own "
+                "MASTER_PORT",
+            )
+        raise _fail(
+            store,
+            f"rank {rank}: rank {rank} of the rendezvous at {where} was already taken by "
+            f"{_claimed_by(current)}; {_port_hint(where)}; give each job its own MASTER_PORT",
+        )
+    _await_verdict(store, admission, rank, world_size, deadline, join_timeout, where)
+    return Admission(identity, nonce, secret, lambda: _conflict(store))
+
+
+def report_conflict(raw: Any, job_prefix: str, message: str) -> None:
+    """Mark the job at ``job_prefix`` (``accelbackends/<run id>/``) as collided with: its rank 0
+    fails with ``message`` instead of admitting ranks that may belong to another job."""
+    raw.set(job_prefix + "conflict", message)
+
+
+def _verdict_mac(admission: Admission, ok: bool, message: str) -> str:
+    key = admission.secret.key
+    return _mac(key, admission.identity, admission.nonce, "verdict", ok, message) if key else ""
+
+
+def _missing(store: _Store, world_size: int) -> list[int]:
+    """The ranks other than 0 that have left no record yet."""
+    return [r for r in range(1, world_size) if not store.has(_member(r))]
+
+
+def _unproven_joiner(store: _Store, world_size: int, where: str) -> str | None:
+    """A process that wrote to the rendezvous without the protocol (plain torch, a raw client):
+    the join counter ahead of the ranks that left a record, or torch's completion key."""
+    if store.has("complete"):
+        return (
+            f"a process that is not part of this job wrote the rendezvous key 'complete' at "
+            f"{where} (no proof of membership); {_port_hint(where)}"
+        )
+    # The ranks of this job never touch the counter: whoever counted itself in is foreign.
+    if store.has("joined"):
+        joined = int(store.raw.add(store.key("joined"), 0))
+        return (
+            f"{joined} process(es) counted themselves into the rendezvous at {where} without a "
+            f"proof of membership (the join counter is not this job's); {_port_hint(where)}"
+        )
+    return None
+
+
+def _progress(missing: list[int], world_size: int, waited: float, limit: float) -> str:
+    shown = ", ".join(str(r) for r in missing[:_MISSING_SHOWN])
+    more = f" and {len(missing) - _MISSING_SHOWN} more" if len(missing) > _MISSING_SHOWN else ""
+    label = "rank" if len(missing) == 1 else "ranks"
+    return (
+        f"waiting for ranks: {world_size - len(missing)}/{world_size} joined "
+        f"({label} {shown}{more} missing), {waited:.0f} s of {limit:g} s"
+    )
+
+
+def _admit_as_rank_zero(
+    store: _Store,
+    admission: Admission,
+    world_size: int,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+    diagnose: Callable[[], str] | None,
+    peers: Callable[[], str] | None,
+) -> None:
+    started = deadline - join_timeout
+    members = [_member(r) for r in range(1, world_size)]
+    next_report = started + PROGRESS_EVERY
+    try:
+        while True:
+            now = time.monotonic()
+            if store.wait(members, min(_TICK, deadline - now)):
+                break
+            conflict = _conflict(store)
+            if conflict:
+                raise RendezvousError(conflict)
+            intruder = _unproven_joiner(store, world_size, where)
+            if intruder:
+                raise RendezvousError(f"rank 0: {intruder}")
+            now = time.monotonic()
+            if now >= deadline:
+                missing = _missing(store, world_size)
+                extra = diagnose() if diagnose else ""
+                raise RendezvousError(
+                    f"rendezvous timed out after {join_timeout:g} s: "
+                    f"{world_size - len(missing)}/{world_size} ranks joined at {where}, rank"
+                    f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing "
+                    f"(raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
+                    f"missing ranks never started or cannot reach this address){extra}"
+                )
+            if now >= next_report:
+                log.warning(
+                    _progress(_missing(store, world_size), world_size, now - started, join_timeout)
+                )
+                next_report += PROGRESS_EVERY
+        _check_members(store, admission, world_size, where)
+    except RendezvousError as exc:
+        message = str(exc)
+        if peers is not None and ("not part of this job" in message or "proof" in message):
+            message += peers()
+            exc = RendezvousError(message)
+        with contextlib.suppress(Exception):
+            store.raw.set(
+                store.key("verdict"),
+                json.dumps(
+                    {
+                        "ok": False,
+                        "message": message,
+                        "mac": _verdict_mac(admission, False, message),
+                    }
+                ),
+            )
+            _let_ranks_read_the_verdict(store, world_size)
+        raise exc from None
+    store.raw.set(
+        store.key("verdict"),
+        json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")}),
+    )
+
+
+def _conflict(store: _Store) -> str | None:
+    """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
+    key = store.job_key("conflict")
+    if store.raw.check([key]):
+        return bytes(store.raw.get(key)).decode(errors="replace")
+    return None
+
+
+def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:
+    """Keep the store (which dies with rank 0 when rank 0 hosts it) up until the ranks that
+    joined have read a failure verdict, briefly: they then fail with rank 0's message instead
+    of a broken connection."""
+    readers = world_size - len(_missing(store, world_size)) - 1
+    limit = time.monotonic() + _VERDICT_GRACE
+    while readers > 0 and time.monotonic() < limit:
+        if int(store.raw.add(store.key("verdict-read"), 0)) >= readers:
+            return
+        time.sleep(0.02)
+
+
+def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
+    # A conflict reported from now on is caught by verify_group, before the first collective.
+    members = [_member(r) for r in range(1, world_size)]
+    current, *records = store.get_many(["nonce", *members])
+    if current != admission.nonce:
+        raise RendezvousError(
+            f"rank 0: another process overwrote this job's rendezvous challenge at {where}; "
+            f"{_port_hint(where)}"
+        )
+    key = admission.secret.key
+    for rank, record in enumerate(records, start=1):
+        try:
+            data = json.loads(record)
+            claimed = f"{data['host']}, pid {data['pid']}"
+            proof, nonce, size = str(data["proof"]), str(data["nonce"]), data["world_size"]
+        except (ValueError, KeyError, TypeError):
+            raise RendezvousError(
+                f"rank {rank} at {where}: not part of this job (no valid proof; its record is "
+                f"not accelbackends'); {_port_hint(where)}"
+            ) from None
+        if size != world_size:
+            raise RendezvousError(
+                f"rank {rank} ({claimed}) at {where}: not part of this job (it belongs to a job "
+                f"of {size} ranks, this one has {world_size}); {_port_hint(where)}"
+            )
+        if key is None:
+            continue
+        if nonce != admission.nonce:
+            raise RendezvousError(
+                f"rank {rank} ({claimed}) at {where}: not part of this job (its proof answers an "
+                f"old challenge: a stale rank from an earlier attempt or job); {_port_hint(where)}"
+            )
+        if not hmac.compare_digest(proof, _mac(key, admission.identity, rank, nonce)):
+            raise RendezvousError(
+                f"rank {rank} ({claimed}) at {where}: not part of this job (no valid proof of "
+                f"the job's secret); {_port_hint(where)}, or that rank's secret differs from "
+                f"rank 0's ({admission.secret.source}; set {SECRET} to the same value on every "
+                "host when they share no home directory)"
+            )
+
+
+def _read_verdict(text: str, admission: Admission) -> tuple[bool, str] | None:
+    """Rank 0's verdict (admitted, message), or None where the key holds something rank 0 did
+    not sign."""
+    try:
+        verdict = json.loads(text)
+        ok, message, mac = bool(verdict["ok"]), str(verdict["message"]), str(verdict["mac"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if admission.secret.key is not None and not hmac.compare_digest(
+        mac, _verdict_mac(admission, ok, message)
+    ):
+        return None
+    return ok, message
+
+
+def _await_verdict(
+    store: _Store,
+    admission: Admission,
+    rank: int,
+    world_size: int,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+) -> None:
+    found = store.get_within("verdict", deadline + _VERDICT_GRACE - time.monotonic())
+    if found is None:
+        conflict = _conflict(store)
+        if conflict:
+            raise RendezvousError(conflict)
+        missing = _missing(store, world_size)
+        raise RendezvousError(
+            f"rendezvous timed out after {join_timeout:g} s: "
+            f"{world_size - len(missing)}/{world_size} ranks joined at {where}"
+            + (f", ranks {', '.join(map(str, missing))} missing" if missing else "")
+            + f" (raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
+            "missing ranks never started or cannot reach this address)"
+        )
+    verdict = _read_verdict(found, admission)
+    if verdict is not None and verdict[0]:
+        return
+    with contextlib.suppress(Exception):
+        store.raw.add(store.key("verdict-read"), 1)  # rank 0 may end now
+    if verdict is not None:
+        raise RendezvousError(verdict[1])
+    # Signed with another secret, or written by another process: either way this rank cannot
+    # tell that it was admitted, and waiting would not change that.
+    raise RendezvousError(
+        f"rank {rank}: the verdict of the rendezvous at {where} is not signed with this "
+        f"rank's secret ({admission.secret.source}): this rank is not part of that job, "
+        f"its secret differs from rank 0's, or {_port_hint(where)}"
+    )
+
+
+def verify_group(
+    admission: Admission, rank: int, world_size: int, device: Any, timeout: float
+) -> None:
+    """Each rank's second proof, exchanged over the initialised process group: every rank sends
+    every other rank a tag only a holder of the secret can make, for that pair (an all-to-all,
+    so that every connection of the mesh carries one, not only a ring's). A process that took a
+    rank's place in the collectives by writing the store directly cannot answer it. Raises
+    naming the rank whose answer is wrong."""
+    import torch
+    import torch.distributed as dist
+
+    key = admission.secret.key
+    if key is None or world_size == 1:
+        return
+
+    def tag(sender: int, receiver: int) -> bytes:
+        text = _mac(key, admission.identity, admission.nonce, "group", sender, receiver)
+        return bytes.fromhex(text)
+
+    outgoing = b"".join(tag(rank, r) for r in range(world_size))
+    sent = torch.frombuffer(bytearray(outgoing), dtype=torch.uint8).to(device)
+    received = torch.empty_like(sent)
+    work = dist.all_to_all_single(received, sent, async_op=True)
+    # Asked while the exchange is in flight, so that it costs no extra time.
+    conflict = admission.conflict() if admission.conflict else None
+    try:
+        assert work is not None
+        work.wait(timeout=timedelta(seconds=timeout))
+    except Exception as exc:
+        raise RendezvousError(
+            f"rank {rank}: the membership check over the process group did not complete within "
+            f"{timeout:g} s ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r})"
+        ) from None
+    if conflict:
+        raise RendezvousError(conflict)
+    answers = bytes(received.cpu().tolist())
+    for r in range(world_size):
+        if not hmac.compare_digest(answers[32 * r : 32 * (r + 1)], tag(r, rank)):
+            raise RendezvousError(
+                f"rank {rank}: rank {r} in the process group is not part of this job (its "
+                "answer over the process group does not prove the job's secret: another "
+                "process took its place by writing the rendezvous store); another process is "
+                "using this job's MASTER_PORT"
+            )

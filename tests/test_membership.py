@@ -1,0 +1,396 @@
+"""A job only ever contains its own ranks: the secret, the proofs, and intruders run for real."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelbackends import ConfigError, membership
+from accelbackends.testing.cluster import clean_environment
+
+INTRUDERS = Path(__file__).parent / "intruders"
+LIMIT = 120  # seconds any process of these tests may take before the test fails
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def config_home(tmp_path: Path) -> Path:
+    home = tmp_path / "config"
+    home.mkdir()
+    return home
+
+
+def _rank_env(
+    config_home: Path, rank: int, port: int, world_size: int = 2, **extra: str
+) -> dict[str, str]:
+    env = clean_environment(os.environ)
+    env.update(
+        XDG_CONFIG_HOME=str(config_home),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        ACCELBACKENDS_RENDEZVOUS_TIMEOUT="60",
+        ACCELBACKENDS_DISABLE="cuda,hpu,xpu",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def _start(script: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(INTRUDERS / script), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"a process ran past {LIMIT} s: {out}\n{err}")
+    return process.returncode, out, err
+
+
+def _error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if "RendezvousError:" in line]
+    return lines[-1] if lines else stderr
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _attacked_rank_zero(
+    config_home: Path, processes: list[subprocess.Popen[str]], intruder: str, *args: str
+) -> str:
+    """Start a job's rank 0 (its rank 1 never comes) and ``intruder`` against its port; the
+    rank must fail without running a collective. Returns its error line."""
+    port = _free_port()
+    victim = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(victim)
+    processes.append(_start(intruder, clean_environment(os.environ), str(port), *args))
+    code, out, err = _finish(victim)
+    assert code != 0 and "all_reduce calls" not in out
+    return _error_line(err)
+
+
+# --- the secret ------------------------------------------------------------------------------
+
+
+def test_per_user_secret_file_is_created_on_first_use_with_mode_0600(config_home: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(config_home)}
+    path = membership.user_secret_path(env)
+    assert "created on first use" in membership.secret_source(env)
+    assert not path.exists()  # saying where it comes from creates nothing
+    secret = membership.load_secret(env)
+    assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert secret.key and len(secret.key) >= 32
+    assert membership.load_secret(env) == secret
+    assert str(path) in secret.source and secret.key.decode() not in secret.source
+
+
+def test_processes_creating_the_secret_at_once_all_read_the_same_one(config_home: Path) -> None:
+    code = (
+        "import hashlib, sys; from accelbackends import membership; "
+        "k = membership.load_secret({'XDG_CONFIG_HOME': sys.argv[1]}).key; "
+        "print(hashlib.sha256(k).hexdigest())"
+    )
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(config_home)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
+    digests = {process.communicate(timeout=LIMIT)[0].strip() for process in starts}
+    assert len(digests) == 1
+    key = membership.user_secret_path({"XDG_CONFIG_HOME": str(config_home)}).read_bytes().strip()
+    assert digests == {hashlib.sha256(key).hexdigest()}
+    leftovers = [p.name for p in (config_home / "accelbackends").iterdir() if p.name != "secret"]
+    assert leftovers == []
+
+
+def test_secret_from_a_value_a_file_or_off(tmp_path: Path) -> None:
+    value = membership.load_secret({membership.SECRET: "correct horse battery staple"})
+    assert value.key == b"correct horse battery staple"
+    assert "staple" not in value.source and "a value" in value.source
+    file = tmp_path / "job.secret"
+    file.write_text("from-a-file\n")
+    file.chmod(0o600)
+    from_file = membership.load_secret({membership.SECRET: str(file)})
+    assert from_file.key == b"from-a-file" and str(file) in from_file.source
+    off = membership.load_secret({membership.SECRET: "OFF"})
+    assert not off.enabled and "not checked" in off.source
+
+
+def test_secret_file_readable_by_everyone_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "job.secret"
+    file.write_text("shared-with-the-world")
+    file.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"readable by every user.*chmod 600"):
+        membership.load_secret({membership.SECRET: str(file)})
+    with pytest.raises(ConfigError, match=r"ACCELBACKENDS_SECRET=.*missing.*cannot be read"):
+        membership.load_secret({membership.SECRET: str(tmp_path / "missing")})
+
+
+# --- ranks and intruders, for real ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_honest_ranks_with_nothing_configured_meet_and_share_the_user_secret(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    port = _free_port()
+    processes += [_start("victim.py", _rank_env(config_home, r, port)) for r in (0, 1)]
+    for process in processes:
+        code, out, err = _finish(process)
+        assert code == 0, err
+        assert "ran 50 all_reduce calls, 0 wrong" in out
+    secret = config_home / "accelbackends" / "secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("claim", "named"),
+    [
+        ([], r"a process that is not part of this job wrote the rendezvous key 'complete'"),
+        (["--claim"], r"rank 1 \(intruder, pid 0\) at 127\.0\.0\.1:\d+: not part of this job"),
+    ],
+    ids=["plain-torch-attack", "intruder-claims-rank-1"],
+)
+def test_plain_torch_intruder_joining_an_env_job_is_refused_and_named(
+    config_home: Path, processes: list[subprocess.Popen[str]], claim: list[str], named: str
+) -> None:
+    """Issue 17's attack: before, the victim ran 50 all_reduces with 50 wrong results, exit 0."""
+    message = _attacked_rank_zero(config_home, processes, "plain_torch.py", *claim)
+    assert re.search(named, message), message
+    assert "MASTER_PORT" in message and "connected to the store: 127.0.0.1:" in message
+    intruder_code, intruder_out, _ = _finish(processes[-1])
+    assert intruder_code != 0 or "answered 0 all_reduce" in intruder_out
+
+
+@pytest.mark.slow
+def test_intruder_against_the_cli_exits_1_with_one_line_naming_it(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    port = _free_port()
+    env = _rank_env(config_home, 0, port)
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "accelbackends", "check", "--max-bytes", "1KiB"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(victim)
+    processes.append(_start("plain_torch.py", clean_environment(os.environ), str(port), "--claim"))
+    code, _, err = _finish(victim)
+    assert code == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("accelbackends: error:")]
+    assert len(errors) == 1 and "not part of this job" in errors[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_stdlib_client_adding_to_joined_and_setting_complete_is_refused(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    message = _attacked_rank_zero(config_home, processes, "stdlib_client.py", "accelbackends//1/")
+    assert "not part of this job wrote the rendezvous key 'complete'" in message
+
+
+@pytest.mark.slow
+def test_second_job_on_the_same_port_never_runs_with_the_first(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Two env:// jobs of one user on one port (no job identity, the same secret)."""
+    port = _free_port()
+    first = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(first)
+    # The second job's rank 0 starts once the first job's store listens, and finds it taken.
+    while True:
+        assert first.poll() is None, "the first job's rank 0 ended before it listened"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    second_zero = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(second_zero)
+    code, _, err = _finish(second_zero)
+    assert code != 0
+    assert "already in use" in err and "set MASTER_PORT to a free port" in _error_line(err)
+    second_one = _start("victim.py", _rank_env(config_home, 1, port))
+    processes.append(second_one)
+    code, out, err = _finish(first)
+    assert code != 0 and "all_reduce calls" not in out
+    assert "a second job's rank 0" in _error_line(err)
+    code, out, _ = _finish(second_one)
+    assert code != 0 and "all_reduce calls" not in out
+
+
+@pytest.mark.slow
+def test_rank_of_a_job_with_another_secret_is_named(
+    config_home: Path, tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    port = _free_port()
+    first = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(first)
+    other_home = tmp_path / "other-user"
+    other_home.mkdir()
+    stranger = _start("victim.py", _rank_env(other_home, 1, port))
+    processes.append(stranger)
+    code, out, err = _finish(first)
+    assert code != 0 and "all_reduce calls" not in out
+    message = _error_line(err)
+    assert re.search(r"rank 1 \([^)]*pid \d+\) at 127\.0\.0\.1:\d+: not part of this job", message)
+    assert "no valid proof" in message
+    code, _, err = _finish(stranger)
+    assert code != 0 and "not signed with this rank's secret" in _error_line(err)
+
+
+@pytest.mark.slow
+def test_rank_joining_a_rendezvous_that_has_finished_is_refused_naming_master_port(
+    config_home: Path, tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """More ranks than the world size (issue 12: a second MPICH job's rank 1 on the port)."""
+    port = _free_port()
+    hold = tmp_path / "release"
+    job = [
+        _start("victim.py", _rank_env(config_home, r, port, ABTEST_HOLD=str(hold))) for r in (0, 1)
+    ]
+    processes += job
+    assert job[0].stdout is not None
+    assert "0 wrong" in job[0].stdout.readline()
+    late = _start("victim.py", _rank_env(config_home, 1, port))
+    processes.append(late)
+    code, _, err = _finish(late)
+    hold.touch()
+    assert code != 0
+    message = _error_line(err)
+    assert "already admitted all its ranks" in message and "MASTER_PORT" in message
+    for process in job:
+        assert _finish(process)[0] == 0
+
+
+@pytest.mark.slow
+def test_stale_rank_of_an_earlier_torchrun_attempt_is_never_counted_into_the_next(
+    config_home: Path, tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """torchrun's agent hosts the store (accelbackends does not) and keeps it across restarts:
+    a late rank of attempt 0 must not join attempt 1, and attempt 1 must still work."""
+    import datetime
+
+    import torch.distributed as dist
+
+    agent = dist.TCPStore(
+        "127.0.0.1", 0, 1, True, datetime.timedelta(seconds=60), wait_for_workers=False
+    )
+
+    def torchrun_rank(rank: int, restart: int) -> dict[str, str]:
+        return _rank_env(
+            config_home,
+            rank,
+            agent.port,
+            TORCHELASTIC_RUN_ID="job-17",
+            TORCHELASTIC_RESTART_COUNT=str(restart),
+            TORCHELASTIC_USE_AGENT_STORE="True",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            GROUP_RANK="0",
+        )
+
+    attempt0 = [_start("victim.py", torchrun_rank(r, 0)) for r in (0, 1)]
+    processes += attempt0
+    for process in attempt0:
+        assert _finish(process)[0] == 0
+    next_zero = _start("victim.py", torchrun_rank(0, 1))
+    processes.append(next_zero)
+    stale = _start("victim.py", torchrun_rank(1, 0))
+    processes.append(stale)
+    code, _, err = _finish(stale)
+    assert code != 0 and "already admitted all its ranks" in _error_line(err)
+    next_one = _start("victim.py", torchrun_rank(1, 1))
+    processes.append(next_one)
+    for process in (next_zero, next_one):
+        code, out, err = _finish(process)
+        assert code == 0, err
+        assert "0 wrong" in out
+
+
+def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
+    """A rank that knows the secret but answers an earlier attempt's nonce (replay)."""
+    import datetime
+    import threading
+
+    import torch.distributed as dist
+
+    from accelbackends import RendezvousError
+
+    env = {"XDG_CONFIG_HOME": str(config_home)}
+    secret = membership.load_secret(env)
+    server = dist.TCPStore(
+        "127.0.0.1", 0, 2, True, datetime.timedelta(seconds=30), wait_for_workers=False
+    )
+    prefix = "accelbackends/run/2/"
+    errors: list[str] = []
+
+    def rank_zero() -> None:
+        try:
+            membership.admit(
+                server,
+                prefix,
+                rank=0,
+                world_size=2,
+                secret=secret,
+                deadline=time.monotonic() + 30,
+                join_timeout=30,
+                where="test",
+            )
+        except RendezvousError as exc:
+            errors.append(str(exc))
+
+    worker = threading.Thread(target=rank_zero)
+    worker.start()
+    # A store client is not safe to share between threads: the "stale rank" gets its own.
+    stale = dist.TCPStore("127.0.0.1", server.port, 2, False, datetime.timedelta(seconds=30))
+    stale.wait([prefix + "nonce"])
+    identity = f"{prefix}|world_size=2"
+    old_nonce = "0" * 32
+    replay = membership._mac(secret.key or b"", identity, 1, old_nonce)
+    stale.set(
+        prefix + "member/1",
+        f'{{"host": "old", "nonce": "{old_nonce}", "pid": 1, "proof": "{replay}", '
+        '"world_size": 2}',
+    )
+    worker.join(LIMIT)
+    assert errors and "answers an old challenge" in errors[0] and "stale rank" in errors[0]

@@ -1,0 +1,197 @@
+"""Every way the rendezvous can go wrong ends bounded, named, in one line."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+import accelbackends
+from accelbackends import ClusterInfo, ConfigError, Registry, RendezvousError, membership, network
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(rank: int, port: int, addr: str = "127.0.0.1") -> dict[str, str]:
+    return {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+
+
+@pytest.mark.parametrize(
+    ("addr", "said"),
+    [
+        ("127.0.0.1 ", r"MASTER_ADDR='127\.0\.0\.1 ' contains whitespace"),
+        ("[::1]", r"MASTER_ADDR='\[::1\]' has brackets; write IPv6 addresses without them"),
+        ("no-such-host.invalid", r"MASTER_ADDR='no-such-host\.invalid' does not resolve here"),
+    ],
+)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_bad_master_addr_is_a_config_error_naming_the_value(
+    addr: str, said: str, rank: int
+) -> None:
+    with pytest.raises(ConfigError, match=said):
+        accelbackends.init(registry=Registry(env=_env(rank, _free_port(), addr)))
+    assert not dist.is_initialized()
+
+
+def test_unresolvable_first_host_of_a_nodelist_says_so_and_names_master_addr() -> None:
+    problem = network.master_addr_problem("n1.invalid", "SLURM_STEP_NODELIST (first host)")
+    assert problem == (
+        "the first host of SLURM_STEP_NODELIST, 'n1.invalid', does not resolve here; set "
+        "MASTER_ADDR to rank 0's host name or address"
+    )
+    assert network.master_addr_problem("127.0.0.1") is None
+    assert network.master_addr_problem("localhost") is None
+
+
+def test_port_in_use_names_master_port_as_the_fix_and_no_label_as_a_variable() -> None:
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cluster = ClusterInfo(
+            "mpich",
+            rank=0,
+            world_size=2,
+            master_addr="127.0.0.1",
+            master_port=port,
+            sources={"master_port": f"default {port}"},
+        )
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(cluster=cluster, rendezvous_timeout=5)
+    message = str(caught.value)
+    assert message.startswith(f"port {port} (default {port}): port {port} is already in use")
+    assert message.endswith("set MASTER_PORT to a free port")
+    assert f"={port}" not in message
+
+
+def test_unreachable_store_message_has_no_stray_punctuation() -> None:
+    port = _free_port()
+    with pytest.raises(RendezvousError) as caught:
+        accelbackends.init(registry=Registry(env=_env(1, port)), rendezvous_timeout=1)
+    assert ".;" not in str(caught.value)
+    assert "is rank 0 running" in str(caught.value)
+
+
+def _when_listening(port: int, then: object) -> threading.Thread:
+    """Run ``then()`` in a thread once something listens on ``port``."""
+
+    def watch() -> None:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        then()  # type: ignore[operator]
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_rank_zero_logs_progress_naming_the_missing_ranks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(membership, "PROGRESS_EVERY", 0.3)
+    caplog.set_level(logging.WARNING, logger="accelbackends")
+    with pytest.raises(RendezvousError, match=r"1/2 ranks joined .*, rank 1 missing"):
+        accelbackends.init(registry=Registry(env=_env(0, _free_port())), rendezvous_timeout=3)
+    progress = [r.getMessage() for r in caplog.records if r.name.startswith("accelbackends")]
+    assert any(
+        m.startswith("waiting for ranks: 1/2 joined (rank 1 missing), ") and m.endswith(" of 3 s")
+        for m in progress
+    ), progress
+
+
+def test_progress_can_be_silenced_through_logging(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(membership, "PROGRESS_EVERY", 0.3)
+    logging.getLogger("accelbackends").setLevel(logging.ERROR)
+    try:
+        with pytest.raises(RendezvousError):
+            accelbackends.init(registry=Registry(env=_env(0, _free_port())), rendezvous_timeout=2)
+    finally:
+        logging.getLogger("accelbackends").setLevel(logging.NOTSET)
+    assert not [r for r in caplog.records if "waiting for ranks" in r.getMessage()]
+
+
+def test_overwritten_join_counter_is_named_not_a_raw_store_error() -> None:
+    port = _free_port()
+
+    def overwrite() -> None:
+        client = dist.TCPStore("127.0.0.1", port, 2, False, timedelta(seconds=10))
+        while not (keys := [k for k in client.list_keys() if k.endswith("/nonce")]):
+            time.sleep(0.02)
+        client.set(keys[0].removesuffix("nonce") + "joined", "2")
+
+    _when_listening(port, overwrite)
+    with pytest.raises(RendezvousError) as caught:
+        accelbackends.init(registry=Registry(env=_env(0, port)), rendezvous_timeout=30)
+    message = str(caught.value)
+    assert "counted themselves into the rendezvous" in message
+    assert "the join counter is not this job's" in message and "MASTER_PORT" in message
+
+
+def test_idle_connections_held_on_the_port_are_named_when_ranks_are_missing() -> None:
+    port = _free_port()
+    held: list[socket.socket] = []
+
+    def flood() -> None:
+        for _ in range(12):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+
+    _when_listening(port, flood)
+    try:
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(registry=Registry(env=_env(0, port)), rendezvous_timeout=3)
+    finally:
+        for sock in held:
+            sock.close()
+    message = str(caught.value)
+    assert "rank 1 missing" in message
+    assert "connections are open to port" in message and "denial of service" in message
+
+
+def test_connections_to_a_port_are_read_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "tcp").write_text(
+        "  sl  local_address rem_address   st\n"
+        # 127.0.0.1:29500 <- 127.0.0.1:40000, established
+        "   0: 0100007F:733C 0100007F:9C40 01 0\n"
+        # listening socket on the same port: not a connection
+        "   1: 00000000:733C 00000000:0000 0A 0\n"
+        # another port
+        "   2: 0100007F:1F90 0100007F:9C41 01 0\n"
+    )
+    (tmp_path / "tcp6").write_text(
+        "  sl  local_address rem_address st\n"
+        # ::ffff:127.0.0.1 port 29500 <- ::ffff:10.0.0.2 port 40002
+        "   0: 0000000000000000FFFF00000100007F:733C 0000000000000000FFFF00000200000A:9C42 01 0\n"
+    )
+    assert network.connections_to(29500, tmp_path) == ["127.0.0.1:40000", "10.0.0.2:40002"]
+
+
+def test_rank_zero_on_a_foreign_master_addr_warns_and_ends_within_its_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="accelbackends")
+    foreign = "192.0.2.1"  # TEST-NET-1: never an address of this host
+    with pytest.raises(RendezvousError, match=r"timed out after 2 s: 1/2 ranks joined"):
+        accelbackends.init(
+            registry=Registry(env=_env(0, _free_port(), foreign)), rendezvous_timeout=2
+        )
+    assert any(
+        f"MASTER_ADDR={foreign} resolves to {foreign}, which is not an address of this host"
+        in r.getMessage()
+        for r in caplog.records
+    )
