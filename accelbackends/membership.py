@@ -50,6 +50,9 @@ __all__ = [
     "verify_group",
 ]
 
+#: How often a rank waiting for rank 0's nonce looks for a conflict rank 0 reported, seconds.
+_NONCE_POLL = 1.0
+
 SECRET = config.SECRET
 OFF = "off"
 _SECRET_BYTES = 32
@@ -326,7 +329,14 @@ def admit(
                 f"another process before rank 0 started it; {_port_hint(where)}",
             )
     else:
-        found = store.get_within("nonce", deadline - time.monotonic())
+        found = store.get_within("nonce", min(deadline - time.monotonic(), _NONCE_POLL))
+        while found is None and deadline - time.monotonic() > 0:
+            # This job's rank 0 may have found the port taken by another job and said so in
+            # the store this rank reached (the other job's): fail now, not at the timeout.
+            conflict = _conflict(store)
+            if conflict is not None:
+                raise RendezvousError(f"rank {rank}: {conflict}")
+            found = store.get_within("nonce", min(deadline - time.monotonic(), _NONCE_POLL))
         if found is None:
             raise RendezvousError(
                 f"rank {rank}: rank 0 did not open the rendezvous at {where} within "

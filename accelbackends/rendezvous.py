@@ -116,9 +116,9 @@ def _warn_the_other_job(cluster: ClusterInfo, message: str) -> None:
             membership.report_conflict(
                 store,
                 f"{_KEY}/{cluster.run_id}/",
-                f"a second job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
-                f"{_port_said(cluster)} taken by this job, so ranks of both jobs may be "
-                "joining this rendezvous; give each job its own MASTER_PORT",
+                f"a job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
+                f"{_port_said(cluster)} taken by another job, so ranks of both jobs may be "
+                "joining one rendezvous; give each job its own MASTER_PORT",
             )
 
     # Whatever holds the port may accept and never answer (a store client then blocks for

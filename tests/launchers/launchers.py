@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -77,10 +78,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def reports(stdout: str) -> list[dict[str, Any]]:
     """Every rank's ``LAUNCHED`` report, sorted by rank."""
+    # Two ranks printing at the same moment can share a line of the launcher's output
+    # (Hydra forwards each rank's bytes as they come): decode each object where it starts.
+    decoder = json.JSONDecoder()
     found = [
-        json.loads(line.split("LAUNCHED ", 1)[1])
-        for line in stdout.splitlines()
-        if "LAUNCHED " in line
+        decoder.raw_decode(stdout, match.end())[0] for match in re.finditer(r"LAUNCHED ", stdout)
     ]
     return sorted(found, key=lambda report: int(report["rank"]))
 
