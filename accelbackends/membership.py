@@ -253,12 +253,10 @@ class _Store:
     def get_within(self, name: str, seconds: float) -> str | None:
         """The value of ``name`` once someone sets it (one round trip), or None after
         ``seconds``."""
-        import torch.distributed as dist
-
         self.raw.set_timeout(timedelta(seconds=max(seconds, 0.01)))
         try:
             return self.get(name)
-        except dist.DistError:
+        except RuntimeError:  # TCPStore: DistStoreError; FileStore (spawn's): a plain one
             return None
 
     def get_many(self, names: list[str]) -> list[str]:
@@ -273,11 +271,9 @@ class _Store:
         return bool(self.raw.check([self.key(name)]))
 
     def wait(self, names: list[str], seconds: float) -> bool:
-        import torch.distributed as dist
-
         try:
             self.raw.wait([self.key(n) for n in names], timedelta(seconds=max(seconds, 0.01)))
-        except dist.DistError:
+        except RuntimeError:  # TCPStore: DistStoreError; FileStore (spawn's): "Wait timeout"
             return False
         return True
 

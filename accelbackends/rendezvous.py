@@ -255,11 +255,11 @@ def meet(
 
     deadline = time.monotonic() + join_timeout
     if cluster.store_socket is not None:
-        from . import localstore
-
-        # A Unix socket in a directory only this user may enter: nobody else can connect, so
-        # the ranks need no secret to tell each other apart from intruders.
-        raw = localstore.connect(cluster.store_socket, timedelta(seconds=join_timeout))
+        # A file in a directory only this user may enter: nobody else can open it, so the ranks
+        # need no secret to tell each other apart from intruders. -1: FileStore must not delete
+        # the file when its users leave; spawn() removes the directory.
+        raw = dist.FileStore(cluster.store_socket, -1)
+        raw.set_timeout(timedelta(seconds=join_timeout))
         return _join(
             raw,
             cluster,

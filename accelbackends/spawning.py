@@ -1,10 +1,9 @@
 """``spawn(fn, nprocs)``: run ``fn(ctx, *args)`` in N local ranks, for single-node jobs, notebooks
 and tests.
 
-The parent serves the rendezvous store over a Unix socket in a private directory
-(`accelbackends.localstore`: no port to race for, nothing reachable from the network, and
-none of the DNS look-ups that make torch's TCP store stall now and then), and Gloo is kept on the
-loopback interface. Ranks are forked where that
+The ranks meet through torch's ``FileStore``, a file in a private (0700) directory: no port to
+race for, nothing reachable from the network, and none of the DNS look-ups that make torch's TCP
+store stall now and then; Gloo is kept on the loopback interface. Ranks are forked where that
 is safe, which is what lets functions defined in a notebook cell or a script read from stdin run
 (``torch.multiprocessing.spawn`` must pickle them by reference and cannot). If a rank fails, the
 others are stopped at once and the parent raises
@@ -46,8 +45,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .affinity import resolve_mode
+from .integrations._environment import job_variables
 from .isolation import stuck
-from .localstore import LocalStoreServer
 from .network import GLOO_INTERFACE, interface_towards
 from .plugin.errors import ConfigError, SpawnError, describe
 from .plugin.types import ClusterInfo
@@ -156,13 +155,9 @@ def _child(
     init_options: dict[str, Any],
     conn: Connection,
     parent: int,
-    store_fd: int,
 ) -> None:
     from .lifecycle import destroy, init
 
-    if store_fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(store_fd)  # the parent's listening socket, inherited through fork
     # Lead a process group of our own: whatever this rank starts and leaves behind can be
     # ended with it.
     with contextlib.suppress(OSError):
@@ -172,12 +167,7 @@ def _child(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     _watch_parent(parent)
     # Libraries that read the env:// variables see the same job as accelbackends does.
-    os.environ.update(
-        RANK=str(cluster.rank),
-        WORLD_SIZE=str(cluster.world_size),
-        LOCAL_RANK=str(cluster.local_rank),
-        LOCAL_WORLD_SIZE=str(cluster.local_world_size),
-    )
+    os.environ.update(job_variables(cluster))
     # All ranks are on this host: keep Gloo's connections on the loopback interface, off the
     # network, and independent of whether this host's name resolves.
     loopback = _loopback()
@@ -363,10 +353,10 @@ def spawn(
         # Asked once here rather than in every rank (1-2 ms each on 2 cores).
         _loopback()
     remove_stale_temp()
-    # mode 0700: this user only; the process id in the name lets a later run remove it if this
-    # process is killed before its own cleanup runs.
+    # mode 0700: this user only, so no other user can open the store file; the process id in
+    # the name lets a later run remove it if this process is killed before its own cleanup runs.
     workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
-    server = LocalStoreServer(os.path.join(workdir, "store.sock"))
+    store_file = os.path.join(workdir, "store")
     adopter = _Adopter()
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
     processes: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -380,7 +370,7 @@ def spawn(
                 local_rank=rank,
                 local_world_size=nprocs,
                 node_rank=0,
-                store_socket=server.path,
+                store_socket=store_file,
                 run_id=run_id,
                 sources=dict.fromkeys(
                     ("rank", "world_size", "local_rank", "local_world_size"), "spawn()"
@@ -396,7 +386,6 @@ def spawn(
                     init_options,
                     send,
                     os.getpid(),
-                    server.fileno() if method == "fork" else -1,
                 ),
                 name=f"accelbackends-rank-{rank}",
             )
@@ -410,7 +399,6 @@ def spawn(
         adopter.end({p.pid for p in processes.values() if p.pid is not None})
         for conn in connections:
             conn.close()
-        server.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -5,7 +5,7 @@
   ``init_process_group("gloo", rank=rank, world_size=n)`` in each (``env://``: rank 0 hosts a
   TCPStore, the others connect to it).
 - *accelbackends*: ``accelbackends.spawn(fn, n)``, whose ranks run ``accelbackends.init()``
-  through the Unix-socket store that ``spawn()`` serves.
+  through the ``FileStore`` in the private directory that ``spawn()`` makes.
 
 Both fork from this process after it imported torch (``torch.multiprocessing`` defaults to the
 ``spawn`` start method, which re-imports torch in every rank and would only measure that), and

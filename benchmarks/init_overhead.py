@@ -12,8 +12,8 @@ returned from its call. The sides:
 - ``init() env://, cold``: ``accelbackends.init()`` after ``accelbackends.reset()``, so the call
   loads the plugins and detects, as the first call of a program does; the same TCP store.
 - ``init() env://, warm``: the same with the plugins loaded and detection cached.
-- ``init() Unix store, cold``: ``init()`` as the ranks of ``spawn()`` run it, through the
-  Unix-socket store served by the parent (Gloo on loopback).
+- ``init() file store, cold``: ``init()`` as the ranks of ``spawn()`` run it, through a
+  ``FileStore`` in a private directory (Gloo on loopback).
 
 The first round is a warm-up; the figures are medians of 20 rounds. The TCP sides are exposed
 to the 5 s store stall (see ``rendezvous-stalls``); medians resist it, and the figures without
@@ -56,8 +56,8 @@ from ._common import (
 HAND = "hand-written"
 COLD = "init() env://, cold"
 WARM = "init() env://, warm"
-UNIX = "init() Unix store, cold"
-SIDES = (HAND, COLD, WARM, UNIX)
+LOCAL = "init() file store, cold"
+SIDES = (HAND, COLD, WARM, LOCAL)
 _TCP = (HAND, COLD, WARM)
 GOAL_FRACTION, GOAL_SECONDS = 0.05, 0.020
 #: A TCP store client that connects before the store listens retries after a back-off of about
@@ -79,7 +79,7 @@ def _rank(
     plan: list[list[tuple[str, int]]],
     barrier: Any,
     queue: Any,
-    store_socket: str,
+    store_file: str,
 ) -> None:
     import torch.distributed as dist
 
@@ -96,11 +96,11 @@ def _rank(
     for round_index, steps in enumerate(plan):
         for side, port in steps:
             os.environ["MASTER_PORT"] = str(port)
-            if side == UNIX:
+            if side == LOCAL:
                 os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # as spawn() sets it
             else:
                 os.environ.pop("GLOO_SOCKET_IFNAME", None)
-            if side in (COLD, UNIX):
+            if side in (COLD, LOCAL):
                 accelbackends.reset()
             elif side == WARM:
                 accelbackends.select()  # loaded and cached before the clock starts
@@ -108,14 +108,14 @@ def _rank(
             start = time.monotonic()
             if side == HAND:
                 dist.init_process_group("gloo", rank=rank, world_size=world_size)
-            elif side == UNIX:
+            elif side == LOCAL:
                 cluster = ClusterInfo(
                     launcher="spawn",
                     rank=rank,
                     world_size=world_size,
                     local_rank=rank,
                     local_world_size=world_size,
-                    store_socket=store_socket,
+                    store_socket=store_file,
                     run_id=f"overhead-{round_index}",
                 )
                 accelbackends.init(cluster=cluster)
@@ -132,8 +132,6 @@ def _rank(
 
 def _measure(world_size: int, rounds: int) -> dict[str, list[float]]:
     """Per side, one time per timed round (the warm-up round dropped)."""
-    from accelbackends.localstore import LocalStoreServer
-
     plan = []
     for round_index in range(rounds + 1):
         shift = round_index % len(SIDES)
@@ -143,9 +141,9 @@ def _measure(world_size: int, rounds: int) -> dict[str, list[float]]:
     barrier = context.Barrier(world_size, timeout=300)
     queue = context.SimpleQueue()
     workdir = tempfile.mkdtemp(prefix="accelbackends-overhead-")
-    server = LocalStoreServer(os.path.join(workdir, "store.sock"))
+    store_file = os.path.join(workdir, "store")
     processes = [
-        context.Process(target=_rank, args=(r, world_size, plan, barrier, queue, server.path))
+        context.Process(target=_rank, args=(r, world_size, plan, barrier, queue, store_file))
         for r in range(world_size)
     ]
     try:
@@ -160,7 +158,6 @@ def _measure(world_size: int, rounds: int) -> dict[str, list[float]]:
         for process in processes:
             if process.is_alive():
                 process.kill()
-        server.close()
         shutil.rmtree(workdir, ignore_errors=True)
     stamps: dict[tuple[int, str], list[tuple[float, float]]] = {}
     while not queue.empty():
@@ -235,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
                 detail=f"median of paired differences {paired * 1e3:+.1f} ms; rounds hit by "
                 f"the connect back-off: {backoffs[COLD]}/{rounds} vs {backoffs[HAND]}/{rounds}; "
                 f"warm {medians[WARM] - medians[HAND]:+.3f} s; "
-                f"Unix store {medians[UNIX] - medians[HAND]:+.3f} s",
+                f"file store {medians[LOCAL] - medians[HAND]:+.3f} s",
             )
         )
         results[count] = {

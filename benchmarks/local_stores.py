@@ -1,9 +1,13 @@
-"""Single-host rendezvous stores: accelbackends' Unix-socket store against torch's own.
+"""Single-host rendezvous stores: the ``FileStore`` that ``spawn()`` uses against loopback TCP.
 
-``spawn()`` serves its ranks through ``localstore`` (pickle over a Unix
-socket, served by the parent's threads). torch offers, for ranks on one host:
+``spawn()`` meets its ranks through torch's ``FileStore`` in a private directory. It used to
+serve them through a store of accelbackends' own (pickle over a Unix socket, served by the
+parent's threads); this benchmark found ``FileStore`` as fast and as free of stalls, and that
+store was retired (its figures stay in the docs' performance page). torch offers, for ranks on
+one host:
 
-- ``FileStore``: a file in a private directory; no socket, no name look-up;
+- ``FileStore``: a file in a private directory; no socket, no name look-up (what ``spawn()``
+  uses, with ``world_size=-1`` so that the file outlives ranks that leave);
 - ``TCPStore`` on loopback (libuv server, torch 2.13's default), hosted by the parent on a
   socket bound to 127.0.0.1, as ``host_loopback_store`` does;
 - (``HashStore`` lives in one process and cannot serve forked ranks.)
@@ -19,7 +23,7 @@ checked all_reduce. A job's time is from before the store is created until every
 initialised; a job more than 3 s slower than the quickest of its store and size met a stall
 (the lost-DNS-answer stall is 5 s; see ``rendezvous-stalls``).
 
-Goal: keep localstore only if no torch store is as fast and as free of stalls; report.
+Goal: FileStore never stalls and is no slower than loopback TCP; report.
 
 Usage: ``python -m benchmarks local-stores [--ranks 2,4,8,16,32] [--repeats 5]
 [--connections 200] [--quick]``.
@@ -51,7 +55,8 @@ from ._common import (
     write_results,
 )
 
-STORES = ("localstore", "FileStore", "TCPStore-loopback")
+STORES = ("FileStore", "TCPStore-loopback")
+REFERENCE = "FileStore"
 #: Every store operation and the job as a whole give up after this long (a hang guard).
 TIMEOUT = timedelta(seconds=120)
 
@@ -71,12 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _client(kind: str, where: Any, world_size: int) -> Any:
     import torch.distributed as dist
 
-    if kind == "localstore":
-        from accelbackends import localstore
-
-        return localstore.connect(where, TIMEOUT)
     if kind == "FileStore":
-        return dist.FileStore(where, world_size)
+        return dist.FileStore(where, -1)  # as spawn() opens it
     return dist.TCPStore("127.0.0.1", where, world_size, False, TIMEOUT)
 
 
@@ -97,7 +98,6 @@ def _rank(kind: str, where: Any, rank: int, world_size: int, queue: Any) -> None
 
 def _job(kind: str, world_size: int) -> float:
     """Seconds from creating the store until every rank had initialised."""
-    from accelbackends.localstore import LocalStoreServer
     from accelbackends.rendezvous import host_loopback_store
 
     context = multiprocessing.get_context("fork")
@@ -106,10 +106,7 @@ def _job(kind: str, world_size: int) -> float:
     launch = time.monotonic()
     server: Any = None
     where: Any
-    if kind == "localstore":
-        server = LocalStoreServer(os.path.join(workdir, "store.sock"))
-        where = server.path
-    elif kind == "FileStore":
+    if kind == "FileStore":
         where = os.path.join(workdir, "store")
     else:
         server, where = host_loopback_store(world_size, TIMEOUT.total_seconds())
@@ -129,26 +126,20 @@ def _job(kind: str, world_size: int) -> float:
         for process in processes:
             if process.is_alive():
                 process.kill()
-        if kind == "localstore":
-            server.close()
+        del server  # the TCP store serves until here
         shutil.rmtree(workdir, ignore_errors=True)
     return max(initialised for _, initialised in stamps) - launch
 
 
 def _connections(kind: str, count: int) -> list[float]:
     """Seconds each of ``count`` clients took to connect, set and read one key."""
-    from accelbackends.localstore import LocalStoreServer
     from accelbackends.rendezvous import host_loopback_store
 
     workdir = tempfile.mkdtemp(prefix="bench-stores-")
     server: Any = None
     try:
-        if kind == "localstore":
-            server = LocalStoreServer(os.path.join(workdir, "store.sock"))
-            where: Any = server.path
-        elif kind == "FileStore":
-            where = os.path.join(workdir, "store")
-            server = _client(kind, where, 1 + count)  # keeps the file while clients come and go
+        if kind == "FileStore":
+            where: Any = os.path.join(workdir, "store")
         else:
             server, where = host_loopback_store(1 + count, TIMEOUT.total_seconds())
         seconds = []
@@ -161,8 +152,7 @@ def _connections(kind: str, count: int) -> list[float]:
             del client
         return seconds
     finally:
-        if kind == "localstore":
-            server.close()
+        del server
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -211,34 +201,34 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for count in counts:
         row = [str(count)]
-        reference = statistics.median(timings[count]["localstore"])
+        reference = statistics.median(timings[count][REFERENCE])
         for kind in STORES:
             values = timings[count][kind]
             median = statistics.median(values)
             row.append(
                 f"{ms(median)} (max {ms(max(values))}, {stalls(values)} stalled)"
-                + ("" if kind == "localstore" else f" {median / reference:.2f}x")
+                + ("" if kind == REFERENCE else f" {median / reference:.2f}x")
             )
         rows.append(row)
     say("")
-    say("median time from creating the store until every rank initialised (x: vs localstore)")
+    say("median time from creating the store until every rank initialised (x: vs FileStore)")
     say(table(["ranks", *STORES], rows))
 
     top = max(counts)
     medians = {kind: statistics.median(timings[top][kind]) for kind in STORES}
     stalled = {kind: sum(stalls(timings[c][kind]) for c in counts) for kind in STORES}
-    runs = sum(len(timings[c]["localstore"]) for c in counts)
+    runs = sum(len(timings[c][REFERENCE]) for c in counts)
     goals = [
         Goal(
             "store connections that stalled (over 1 s)",
             ", ".join(f"{k} {sum(x > 1.0 for x in v)}/{len(v)}" for k, v in connections.items()),
-            "localstore and FileStore never stall; report TCPStore",
+            "FileStore never stalls; report TCPStore",
             None,
         ),
         Goal(
-            f"{top} ranks on one host: localstore vs torch's FileStore and loopback TCPStore",
+            f"{top} ranks on one host: FileStore (spawn()'s store) vs loopback TCPStore",
             ", ".join(f"{kind} {ms(medians[kind])}" for kind in STORES),
-            "keep localstore only if it is needed; report",
+            "FileStore no slower; report",
             None,
             detail="jobs with a stall out of "
             f"{runs} each: " + ", ".join(f"{kind} {stalled[kind]}" for kind in STORES),

@@ -9,7 +9,8 @@ group it waits at the all-connected barrier (the store barrier ``init()`` ends w
 - ``tcp``: torch's TCP store, hosted by the parent as a launcher's agent hosts it (every rank a
   client, ``MASTER_ADDR=127.0.0.1``): what jobs started by torchrun, SLURM, MPI or plain
   ``env://`` meet through;
-- ``unix``: the Unix-socket store that `accelbackends.spawn` serves from its parent.
+- ``file``: the single-host store `accelbackends.spawn` uses (torch's `FileStore` in a private
+  directory; until this round a Unix-socket store served from the parent).
 
 What is not: no Gloo (no process group, no tensors, no N x N connections), no accelerator, no
 plugin loading or detection (the ranks share one process's loaded registry), no network between
@@ -51,7 +52,7 @@ from ._common import (
     write_results,
 )
 
-STORES = ("tcp", "unix")
+STORES = ("tcp", "file")
 #: Forked processes the simulated ranks are spread over.
 PROCESSES = 4
 JOIN_TIMEOUT = 300.0
@@ -125,8 +126,6 @@ def simulate(store: str, world_size: int) -> float:
     the last rank has passed the all-connected barrier."""
     import torch.distributed as dist
 
-    from accelbackends.localstore import LocalStoreServer
-
     workdir = tempfile.mkdtemp(prefix="accelbackends-sim-")
     where: dict[str, Any] = {"run_id": f"sim-{store}-{world_size}-{time.monotonic_ns()}"}
     server: Any
@@ -141,8 +140,8 @@ def simulate(store: str, world_size: int) -> float:
         )
         where.update(addr="127.0.0.1", port=server.port)
     else:
-        server = LocalStoreServer(os.path.join(workdir, "store.sock"))
-        where["socket"] = server.path
+        server = None  # torch's FileStore: the ranks open the file themselves
+        where["socket"] = os.path.join(workdir, "store")
     context = multiprocessing.get_context("fork")
     ready, done, go = context.SimpleQueue(), context.SimpleQueue(), context.Event()
     shares = [list(range(i, world_size, PROCESSES)) for i in range(PROCESSES)]
@@ -165,8 +164,6 @@ def simulate(store: str, world_size: int) -> float:
         for process in processes:
             if process.is_alive():
                 process.kill()
-        if store == "unix":
-            server.close()
         del server
         shutil.rmtree(workdir, ignore_errors=True)
     failures = [failure for _, found in results for failure in found]
@@ -180,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
     counts, repeats = args.ranks, args.repeats
     if args.quick:
         counts, repeats = [c for c in counts if c <= 256] or counts, 1
-    plan = {"unix": counts, "tcp": [c for c in counts if c in args.tcp_ranks]}
+    plan = {"file": counts, "tcp": [c for c in counts if c in args.tcp_ranks]}
     if args.quick:
         plan["tcp"] = plan["tcp"][:1]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -213,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
         rows.append(row)
     say("")
     say("time from the start until every simulated rank passed the all-connected barrier")
-    say(table(["ranks", "tcp store", "per rank", "unix store", "per rank"], rows))
+    say(table(["ranks", "tcp store", "per rank", "file store", "per rank"], rows))
     goals = []
     for store in STORES:
         done = sorted(times[store])

@@ -15,7 +15,7 @@ that take over 1 s:
 
 Part 2, what a job sees: >= 50 jobs of N ranks (16 by default), from launch until every rank
 has initialised (see :mod:`benchmarks._ranks`), hand-written (``env://`` TCP store) vs
-``accelbackends.spawn()`` (Unix-socket store, no name look-ups), rotating order; p50, p95 and
+``accelbackends.spawn()`` (a ``FileStore``, no name look-ups), rotating order; p50, p95 and
 max of each.
 
 Goal: accelbackends faster (p50) and steadier (p95, max) than hand-written.

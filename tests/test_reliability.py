@@ -37,20 +37,22 @@ def _own_tcp_listeners() -> set[str]:
     return found
 
 
-def _exposure(ctx: accelbackends.Context) -> tuple[set[str], str | None, int]:
-    socket_path = ctx.cluster.store_socket
-    mode = stat.S_IMODE(os.stat(os.path.dirname(socket_path)).st_mode) if socket_path else -1
-    return _own_tcp_listeners(), socket_path, mode
+def _exposure(ctx: accelbackends.Context) -> tuple[set[str], str | None, bool, int]:
+    store_path = ctx.cluster.store_socket
+    is_file = bool(store_path) and stat.S_ISREG(os.stat(store_path).st_mode)
+    mode = stat.S_IMODE(os.stat(os.path.dirname(store_path)).st_mode) if store_path else -1
+    return _own_tcp_listeners(), store_path, is_file, mode
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
-def test_spawned_ranks_listen_on_loopback_only_and_meet_through_a_private_socket() -> None:
-    for listeners, socket_path, mode in accelbackends.spawn(_exposure, 2):
+def test_spawned_ranks_listen_on_loopback_only_and_meet_through_a_private_store_file() -> None:
+    for listeners, store_path, is_file, mode in accelbackends.spawn(_exposure, 2):
         # Gloo's own listening sockets: 0100007F is 127.0.0.1 in /proc's little-endian hex;
         # 00000000 would be every interface.
         assert listeners and listeners <= {"0100007F"}
-        # The rendezvous store is a Unix socket in a directory only this user may enter.
-        assert socket_path is not None and socket_path.endswith(".sock")
+        # The rendezvous store is a plain file (torch's FileStore) in a directory only this
+        # user may enter: no store socket at all, TCP or Unix.
+        assert store_path is not None and is_file
         assert mode == 0o700
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..plugin.torchcompat import default_store  # only the heartbeat uses it
+
 __all__ = [
     "backend_library_version",
     "default_store",
@@ -34,17 +36,6 @@ def backend_library_version(backend: str) -> str | None:
 
     found = installed(*_BACKEND_DISTRIBUTIONS.get(backend, ()))
     return found.version if found else None
-
-
-def default_store() -> Any:
-    """The store the default process group was initialised with, or None where torch does not
-    say (a private accessor, stable since torch 1.x; only the heartbeat uses it)."""
-    try:
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store()
-    except Exception:
-        return None
 
 
 def gather_single() -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "backend_plugins",
+    "default_store",
     "mark_xccl_available",
     "privateuse1_backend_name",
     "process_group_backend",
@@ -75,3 +76,18 @@ def process_group_backend(group: Any, device: Any) -> Any:
     import torch
 
     return group._get_backend(torch.device(device.type))
+
+
+def default_store() -> Any:
+    """The store the default process group was initialised with, or None where torch does not
+    say.
+
+    ``torch.distributed.distributed_c10d._get_default_store()``: known for torch 1.8 to 2.13
+    (it raises where no default group exists).
+    """
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except Exception:
+        return None

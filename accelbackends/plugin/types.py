@@ -122,9 +122,11 @@ class ClusterInfo:
         run_id: The job's identifier where the launcher gives one (used to derive a port).
         sources: Each field name mapped to the variable it came from (`"rank": "RANK"`); shown
             by `info` and used to name variables in errors.
-        store_socket: The Unix socket of a store that serves every rank of a single-host job
-            instead ([`spawn`][accelbackends.spawn] runs one): no TCP, no name lookups, nothing
-            reachable from the network.
+        store_socket: The path of the single-host store file: every rank of a job on one host
+            meets through a `torch.distributed.FileStore` on this file instead of over TCP
+            ([`spawn`][accelbackends.spawn] sets it, in a directory only its user may enter):
+            no port, no name lookups, nothing reachable from the network. (The name is older
+            than the file: it was a Unix socket until accelbackends' own store was retired.)
     """
 
     launcher: str
