@@ -86,19 +86,15 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
                 "host, so rank 0 cannot host the rendezvous store there (another job or "
                 "program holds it); set MASTER_PORT to a free port"
             )
-            _warn_the_other_job(cluster, message)
-            raise RendezvousError(
-                f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
-                "host, so rank 0 cannot host the rendezvous store there (another job or "
-                "program holds it); set MASTER_PORT to a free port"
-            ) from None
+            _warn_the_other_job(cluster)
+            raise RendezvousError(message) from None
         raise RendezvousError(
             f"rank 0 could not host the rendezvous store on {_port_said(cluster)}: "
             f"{first_line(exc).rstrip('.')}"
         ) from None
 
 
-def _warn_the_other_job(cluster: ClusterInfo, message: str) -> None:
+def _warn_the_other_job(cluster: ClusterInfo) -> None:
     """This job's other ranks may already have joined the job that holds the port (same port,
     same keys when the launcher gives no job identity): tell that job's rank 0, which then
     refuses to admit them rather than run with another job's ranks. Best effort, quick."""
