@@ -342,7 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the level is read once, when torch is imported, so set it before that.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     global _watchdog
-    _show_library_messages()
+    if args.command != "info":
+        # Only the rendezvous logs (check); info would import logging for nothing.
+        _show_library_messages()
     restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:

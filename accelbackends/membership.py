@@ -10,7 +10,8 @@ proof is exchanged over the initialised process group itself, before the first u
 The secret comes from ``ACCELBACKENDS_SECRET`` (a value, or the path of a file holding one), or
 else from a per-user file, created on first use with mode 0600 in the user's configuration
 directory; on a cluster the home directory is shared, so every node of a user's job finds the same
-file. ``ACCELBACKENDS_SECRET=off`` turns the check off.
+file. ``ACCELBACKENDS_SECRET=off`` turns the check off. Reading it is `accelbackends.secret`'s
+part, re-exported here.
 
 Nothing here imports torch at import time; the store protocol imports it when it runs.
 """
@@ -25,16 +26,15 @@ import logging
 import os
 import secrets
 import socket
-import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from .plugin import config
-from .plugin.errors import ConfigError, RendezvousError, first_line
+from .plugin.errors import RendezvousError, first_line
+from .secret import OFF, SECRET, Secret, describe, load_secret, secret_source, user_secret_path
 
 __all__ = [
     "OFF",
@@ -53,10 +53,6 @@ __all__ = [
 #: How often a rank waiting for rank 0's nonce looks for a conflict rank 0 reported, seconds.
 _NONCE_POLL = 1.0
 
-SECRET = config.SECRET
-OFF = "off"
-_SECRET_BYTES = 32
-_FILE_NAME = "secret"
 #: How often rank 0 looks for a process that wrote to the rendezvous without a proof, and how
 #: often it says who is still missing.
 _TICK = 1.0
@@ -67,148 +63,6 @@ _VERDICT_GRACE = 3.0
 _MISSING_SHOWN = 8
 
 log = logging.getLogger("accelbackends.rendezvous")
-
-
-@dataclass(frozen=True)
-class Secret:
-    """The job's secret and where it came from; ``key`` is None when the check is off."""
-
-    key: bytes | None
-    #: Where it comes from, for ``info`` and errors; never the value.
-    source: str
-
-    @property
-    def enabled(self) -> bool:
-        return self.key is not None
-
-
-def user_secret_path(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user secret file: ``$XDG_CONFIG_HOME/accelbackends/secret`` or
-    ``~/.config/accelbackends/secret``."""
-    environ = os.environ if env is None else env
-    # Like Path.home(), fall back on the process's own variable where ``env`` has none.
-    base = (environ.get("XDG_CONFIG_HOME") or os.environ.get("XDG_CONFIG_HOME", "")).strip()
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
-    return root / "accelbackends" / _FILE_NAME
-
-
-def _looks_like_path(value: str) -> bool:
-    return value.startswith(("/", "~", "./", "../"))
-
-
-def secret_source(env: Mapping[str, str] | None = None) -> str:
-    """Where the secret would come from, in words (for ``info``); reads and creates nothing, and
-    never shows the value. A bad ``ACCELBACKENDS_SECRET`` is a ConfigError."""
-    environ = os.environ if env is None else env
-    value = environ.get(SECRET)
-    if value is None or not value.strip():
-        path = user_secret_path(environ)
-        state = "" if path.exists() else "; created on first use"
-        return f"per-user file {path} (mode 0600{state})"
-    if value.strip().lower() == OFF:
-        return (
-            f"off: membership is not checked ({SECRET}=off); any process that reaches "
-            "MASTER_PORT can join this job"
-        )
-    if _looks_like_path(value.strip()):
-        path = Path(value.strip()).expanduser()
-        _check_file(path, SECRET)
-        return f"{SECRET} file {path}"
-    return f"{SECRET} (a value, {len(value.strip())} characters)"
-
-
-def describe(env: Mapping[str, str] | None = None) -> str:
-    """One line for ``info``: where the secret comes from, a warning when the check is off, or
-    what is wrong with ``ACCELBACKENDS_SECRET``; never the secret itself."""
-    try:
-        source = secret_source(env)
-    except ConfigError as exc:
-        return f"error: {exc}"
-    if source.startswith("off"):
-        return f"WARNING: {source}"
-    return f"ranks prove they hold the job's secret, from {source}"
-
-
-def _check_file(path: Path, source: str) -> os.stat_result:
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise ConfigError(
-            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror}); give the "
-            "path of a file only you can read, a secret value, or 'off'"
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{source}={str(path)!r} is not a regular file; give a secret file")
-    if info.st_mode & stat.S_IROTH:
-        raise ConfigError(
-            f"{source}={str(path)!r} is readable by every user of this machine, so it proves "
-            f"nothing; run chmod 600 {path}"
-        )
-    return info
-
-
-def _read_key(path: Path, source: str) -> bytes:
-    _check_file(path, source)
-    try:
-        data = path.read_bytes().strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror})"
-        ) from None
-    if not data:
-        raise ConfigError(f"{source}={str(path)!r} is empty; put a long random value in it")
-    return data
-
-
-def _create_user_secret(path: Path) -> None:
-    """Write a fresh secret to ``path`` unless it exists, atomically: a complete file appears
-    under its name or none does, and of two processes creating it at once (two ranks, two nodes
-    on a shared home) exactly one wins and both then read the winner's."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{_FILE_NAME}.{socket.gethostname()}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_hex(_SECRET_BYTES) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        # link() never replaces an existing file (rename would), also on NFS.
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-
-
-def load_secret(env: Mapping[str, str] | None = None) -> Secret:
-    """The job's secret: ``ACCELBACKENDS_SECRET`` (value, file path or ``off``), else the per-user
-    file (created on first use)."""
-    environ = os.environ if env is None else env
-    value = environ.get(SECRET)
-    if value is not None and value.strip():
-        text = value.strip()
-        if text.lower() == OFF:
-            return Secret(None, secret_source(environ))
-        if _looks_like_path(text):
-            path = Path(text).expanduser()
-            return Secret(_read_key(path, SECRET), f"{SECRET} file {path}")
-        return Secret(text.encode(), f"{SECRET} (a value)")
-    path = user_secret_path(environ)
-    if not path.exists():
-        try:
-            _create_user_secret(path)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create the per-user secret file {path} ({exc.strerror}); set {SECRET} "
-                "to a secret value or file shared by every rank of the job"
-            ) from None
-    info = _check_file(path, f"the per-user secret file {path}")
-    if info.st_uid != os.getuid():
-        raise ConfigError(
-            f"the per-user secret file {path} belongs to another user (uid {info.st_uid}); "
-            f"remove it, or set {SECRET}"
-        )
-    return Secret(_read_key(path, "the per-user secret file"), f"per-user file {path}")
 
 
 def _mac(key: bytes, *parts: object) -> str:

@@ -34,12 +34,29 @@ FORBIDDEN = {
     "email": "importlib.metadata parses METADATA with it",
     "csv": "importlib.metadata reads RECORD with it",
     "zipfile": "importlib.metadata reads zipped eggs with it",
-    # Archives: nothing is packed or unpacked. (shutil, bz2 and lzma are not listed: the text
-    # module imports shutil for the terminal width, and the CLI logging, and the rendezvous
-    # membership proof hashlib, socket and subprocess, at their top.)
+    # The proof of membership and the network checks: info only says where the secret comes
+    # from (accelbackends.secret), and a one-rank environment has no address to check.
+    "accelbackends.membership": "only the rendezvous proves membership",
+    "accelbackends.network": "only a job of more than one rank has an address to check",
+    "hashlib": "nothing is hashed",
+    "hmac": "nothing is signed",
+    "secrets": "no secret is made",
+    "socket": "no connection is made",
+    # Logging: only the rendezvous logs, so the CLI sets it up for check alone.
+    "logging": "nothing logs",
+    # Archives: nothing is packed or unpacked (shutil would bring bz2 and lzma; the terminal's
+    # width is read without it unless stdout is a terminal).
+    "shutil": "archives and copies",
+    "bz2": "archives",
+    "lzma": "archives",
     "tarfile": "archives",
+    # platform.platform() starts `uname -p` and scans the interpreter's binary (about 50 ms):
+    # the report reads os.uname() and the C library's version instead.
+    "platform": "os.uname() says the same",
+    "difflib": "only an unknown ACCELBACKENDS_ variable needs a suggestion",
     # Files and processes: info writes nothing but its cache and starts no process (the
     # probes are threads).
+    "subprocess": "no process is started",
     "tempfile": "nothing temporary is written",
     "multiprocessing": "no process is started",
     "concurrent": "the probes run in plain threads",

@@ -13,7 +13,6 @@ node.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 
 from ..plugin import ClusterInfo, ConfigError, hookimpl
@@ -54,7 +53,11 @@ def node_index(env: Mapping[str, str], hostname: str | None = None) -> tuple[int
     hosts = _compute_hosts(env)
     if not hosts:
         return None
-    name = hostname or socket.gethostname()
+    if hostname is None:
+        import socket  # only under LSF: detection elsewhere never needs it
+
+        hostname = socket.gethostname()
+    name = hostname
     distinct = list(dict.fromkeys(hosts))
     if name in distinct:
         return distinct.index(name), f"{_RANKFILE} (this host's place, {name})"

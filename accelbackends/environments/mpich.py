@@ -15,7 +15,6 @@ runs. Across nodes without Slurm nothing identifies the job: set ``MASTER_PORT``
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -55,6 +54,8 @@ def _job(env: Mapping[str, str], world: int, local_world: int) -> tuple[str, str
     if (step := slurm_step(env)) is not None:
         return step
     if world == local_world and (pid := hydra_proxy_pid()) is not None:
+        import socket  # only under MPICH: detection elsewhere never needs it
+
         return f"{socket.gethostname()}:{pid}", f"this node's {_PROXY} (pid {pid})"
     return None
 

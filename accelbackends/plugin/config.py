@@ -231,11 +231,11 @@ def validate(env: Mapping[str, str]) -> dict[str, str]:
 def unknown(env: Mapping[str, str]) -> dict[str, str]:
     """``ACCELBACKENDS_*`` variables in ``env`` that the package does not read (a typo, or a
     third-party plugin's own variable), each with a note naming the closest known one."""
-    import difflib
-
     notes: dict[str, str] = {}
     for name in sorted(env):
         if name.startswith(PREFIX) and name not in KNOWN_VARIABLES:
+            import difflib  # only for a name it does not know
+
             close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.85)
             hint = f"; did you mean {close[0]}?" if close else ""
             notes[name] = f"not read by accelbackends itself{hint}"

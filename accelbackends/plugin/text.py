@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -51,6 +50,8 @@ def terminal_width(stream: TextIO | None = None) -> int | None:
             return None
     except (AttributeError, ValueError):
         return None
+    import shutil  # here, not at the top: it brings bz2 and lzma, which `info` never needs
+
     return shutil.get_terminal_size().columns
 
 
