@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -94,6 +96,36 @@ def test_real_nvml_is_not_asked_for_a_fake_root(tmp_path: Path) -> None:
     result = detect(tree, {}, torch_site(tmp_path, "2.13.0+cu126"))
     assert result.available
     assert "NVML not asked for a probe root other than /" in result.reason
+
+
+def test_without_an_nvidia_driver_auto_loads_neither_pynvml_nor_ctypes(tmp_path: Path) -> None:
+    # In a fresh process: the question is what the probe imports.
+    code = (
+        "import sys; from accelbackends.accelerators import _nvml; "
+        "from accelbackends.plugin import Probe; "
+        "_nvml.DRIVER_SIGNS = (sys.argv[1],); r = _nvml.query(Probe({})); "
+        "print(r.error); print('pynvml' in sys.modules, 'ctypes' in sys.modules)"
+    )
+    missing = str(tmp_path / "no-nvidiactl")
+    done = subprocess.run(
+        [sys.executable, "-c", code, missing], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == [f"no NVIDIA driver: no {missing}", "False False"]
+
+
+def test_where_the_driver_shows_itself_auto_asks_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelbackends.accelerators import _nvml
+    from accelbackends.plugin import Probe
+
+    sign = tmp_path / "nvidiactl"
+    sign.touch()
+    monkeypatch.setattr(_nvml, "DRIVER_SIGNS", (str(sign),))
+    error = _nvml.query(Probe({})).error
+    # Past the gate: pynvml or the library answers (here: not installed or no driver to talk to).
+    assert not error.startswith("no NVIDIA driver"), error
+    assert "libnvidia-ml.so.1 not found" in error or "NVML (" in error, error
 
 
 def test_nvml_failure_is_reported_beside_the_gpus_the_driver_lists(tmp_path: Path) -> None:

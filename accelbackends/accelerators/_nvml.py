@@ -7,14 +7,16 @@ through one reader that uses pynvml's function names, so a fake NVML (``accelbac
 
 ``ACCELBACKENDS_NVML`` chooses the source: ``auto`` (default), ``off``, or the name of a module
 with pynvml's functions. Under ``auto``, NVML is asked only when the probe looks at the real
-root ``/``: a probe pointed at a fake tree must not report the host's GPUs.
+root ``/``: a probe pointed at a fake tree must not report the host's GPUs; and only where the
+NVIDIA driver shows itself (`DRIVER_SIGNS`): without it NVML cannot answer, and a node without
+NVIDIA GPUs then loads neither the binding nor ctypes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +28,12 @@ from ..plugin.errors import first_line
 __all__ = ["NVML", "Gpu", "NvmlReport", "query"]
 
 NVML = config.NVML
-_LIBRARY = "libnvidia-ml.so.1"
 _MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _OFF = frozenset({"off", "0", "false", "no"})
 _AUTO = frozenset({"auto", "on", "1", "true", "yes"})
+#: Where the NVIDIA kernel driver shows itself. NVML talks to the driver through these (WSL2
+#: through /dev/dxg), so where none exists it cannot answer, and ``auto`` does not load it.
+DRIVER_SIGNS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
 
 
 @dataclass(frozen=True)
@@ -49,76 +53,6 @@ class NvmlReport:
     source: str = ""
     driver: str = ""
     error: str = ""
-
-
-class _NvmlCallError(Exception):
-    pass
-
-
-class _CtypesNvml:
-    """The few NVML calls the probe needs, with pynvml's names, over ``libnvidia-ml.so.1``."""
-
-    def __init__(self, library: ctypes.CDLL) -> None:
-        self._lib = library
-        self._lib.nvmlErrorString.restype = ctypes.c_char_p
-
-    def _call(self, function: str, *args: Any) -> None:
-        code = getattr(self._lib, function)(*args)
-        if code != 0:
-            message = self._lib.nvmlErrorString(code)
-            text = message.decode(errors="replace") if message else f"error {code}"
-            raise _NvmlCallError(f"{function}: {text}")
-
-    def nvmlInit(self) -> None:
-        self._call("nvmlInit_v2")
-
-    def nvmlShutdown(self) -> None:
-        self._call("nvmlShutdown")
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        buffer = ctypes.create_string_buffer(96)
-        self._call("nvmlSystemGetDriverVersion", buffer, ctypes.c_uint(96))
-        return buffer.value.decode(errors="replace")
-
-    def nvmlDeviceGetCount(self) -> int:
-        count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
-        return count.value
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> ctypes.c_void_p:
-        handle = ctypes.c_void_p()
-        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
-        return handle
-
-    def _text(self, function: str, handle: ctypes.c_void_p) -> str:
-        buffer = ctypes.create_string_buffer(96)
-        self._call(function, handle, buffer, ctypes.c_uint(96))
-        return buffer.value.decode(errors="replace")
-
-    def nvmlDeviceGetName(self, handle: ctypes.c_void_p) -> str:
-        return self._text("nvmlDeviceGetName", handle)
-
-    def nvmlDeviceGetUUID(self, handle: ctypes.c_void_p) -> str:
-        return self._text("nvmlDeviceGetUUID", handle)
-
-    def nvmlDeviceGetMigMode(self, handle: ctypes.c_void_p) -> list[int]:
-        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
-        self._call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending))
-        return [current.value, pending.value]
-
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: ctypes.c_void_p) -> int:
-        count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
-        return count.value
-
-    def nvmlDeviceGetMigDeviceHandleByIndex(
-        self, handle: ctypes.c_void_p, index: int
-    ) -> ctypes.c_void_p:
-        mig = ctypes.c_void_p()
-        self._call(
-            "nvmlDeviceGetMigDeviceHandleByIndex", handle, ctypes.c_uint(index), ctypes.byref(mig)
-        )
-        return mig
 
 
 def _text(value: object) -> str:
@@ -176,14 +110,19 @@ def query(probe: Probe) -> NvmlReport:
     if setting.lower() in _AUTO:
         if probe.root != Path("/"):
             return NvmlReport(None, error=f"NVML not asked for a probe root other than / ({NVML})")
+        if not any(os.path.exists(sign) for sign in DRIVER_SIGNS):
+            *others, last = DRIVER_SIGNS
+            signs = f"{', '.join(others)} or {last}" if others else last
+            return NvmlReport(None, error=f"no NVIDIA driver: no {signs}")
         try:
             import pynvml  # type: ignore[import-not-found, unused-ignore]
         except Exception:
-            try:
-                library = ctypes.CDLL(_LIBRARY)
-            except OSError:
-                return NvmlReport(None, error=f"{_LIBRARY} not found")
-            return _read(_CtypesNvml(library), _LIBRARY)
+            from ._nvml_ctypes import LIBRARY, load
+
+            library = load()
+            if library is None:
+                return NvmlReport(None, error=f"{LIBRARY} not found")
+            return _read(library, LIBRARY)
         return _read(pynvml, "pynvml")
     if not _MODULE.fullmatch(setting):
         return NvmlReport(

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..plugin import ClusterInfo, ConfigError, hookimpl
-from . import _hostlist
 from ._common import Reader, parse_int, read_int, shown
 
 __all__ = [
@@ -191,6 +190,8 @@ def _first_host(r: Reader) -> tuple[str, str] | None:
     list_var = r.first(*_NODELISTS)
     if list_var is None:
         return None
+    from . import _hostlist  # only to name rank 0's host from a node list
+
     return _hostlist.first_host(r.env[list_var], source=list_var), f"{list_var} (first host)"
 
 
