@@ -313,6 +313,26 @@ def test_clean_environment_drops_launcher_and_accelbackends_variables_only() -> 
     assert clean_environment(env) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0"}
 
 
+def test_clean_environment_drops_every_variable_a_built_in_environment_reads() -> None:
+    """A test run inside a real job (an MVAPICH allocation, a SageMaker instance) must not leak
+    that job's variables into the jobs it starts: every upper-case name with an underscore that
+    a built-in environment plugin spells out is one it reads."""
+    import ast
+    import re
+
+    not_variables = {"DEFAULT_PORT", "MAX_COUNT"}  # names in _common's __all__
+    read = {
+        node.value
+        for path in (ROOT / "accelbackends" / "environments").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+", node.value)
+    } - not_variables
+    assert {"MV2_COMM_WORLD_RANK", "SM_HOSTS", "SLURM_PROCID"} <= read
+    assert sorted(name for name in read if clean_environment({name: "1"})) == []
+
+
 def test_inline_plugin_marks_plain_functions_and_keeps_a_wrappers_marker() -> None:
     def choose(candidates, env):  # type: ignore[no-untyped-def]
         return accelbackends.Choice("cpu", "the test says so")

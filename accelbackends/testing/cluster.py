@@ -40,6 +40,7 @@ LAUNCHER_PREFIXES: tuple[str, ...] = (
     "JSM_",
     "LSB_",
     "PET_",
+    "MV2_",
 )
 #: Launcher variables without a launcher-specific prefix.
 LAUNCHER_VARIABLES: tuple[str, ...] = (
@@ -53,6 +54,10 @@ LAUNCHER_VARIABLES: tuple[str, ...] = (
     "MASTER_PORT",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
+    # Where the openmpi plugin finds rank 0's host on AzureML and SageMaker.
+    "AZ_BATCH_MASTER_NODE",
+    "AZ_BATCHAI_MPI_MASTER_NODE",
+    "SM_HOSTS",
 )
 
 
