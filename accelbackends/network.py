@@ -25,6 +25,8 @@ __all__ = [
     "gloo_interface_for",
     "interface_towards",
     "is_local_address",
+    "is_this_host",
+    "listening",
     "master_addr_problem",
     "resolve",
 ]
@@ -34,6 +36,14 @@ GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"
 _SIOCGIFADDR = 0x8915  # linux/sockios.h
 #: How long a name lookup may take before the name counts as unresolvable, seconds.
 RESOLVE_TIMEOUT = 10.0
+
+# linux/netlink.h, linux/sock_diag.h, linux/inet_diag.h, netinet/tcp.h
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x1 | 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_TCPF_LISTEN = 1 << 10
+_HEADER = struct.Struct("=IHHII")  # struct nlmsghdr
 
 
 def _ipv4_addresses() -> list[tuple[str, str]]:
@@ -149,6 +159,61 @@ def is_local_address(address: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def is_this_host(host: str) -> bool:
+    """True when ``host`` is certainly this host, in this network namespace: ``localhost``, this
+    host's own name, or an address literal that a socket here can bind. Other names are not
+    resolved here (a look-up may wait on DNS), so they count as elsewhere."""
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return is_local_address(host)
+
+
+def listening(port: int) -> bool | None:
+    """Whether a TCP socket of this network namespace listens on ``port``, asked of the kernel
+    with a sock_diag dump of listening sockets only (as ``ss -lt`` asks): no connection is
+    made, and the cost does not grow with the host's other connections (about 0.1 ms for both
+    address families). None where the kernel cannot be asked (not Linux, no sock_diag)."""
+    family_netlink = getattr(socket, "AF_NETLINK", None)
+    if family_netlink is None:
+        return None
+    try:
+        with socket.socket(family_netlink, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)
+            return any(
+                port in _listening_ports(diag, family)
+                for family in (socket.AF_INET, socket.AF_INET6)
+            )
+    except OSError:
+        return None
+
+
+def _listening_ports(diag: socket.socket, family: int) -> set[int]:
+    # struct inet_diag_req_v2: family, protocol, extensions, pad, states, then a zero sockid.
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, _TCPF_LISTEN) + bytes(48)
+    diag.send(
+        _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0)
+        + request
+    )
+    ports: set[int] = set()
+    while True:
+        data = diag.recv(65536)
+        offset = 0
+        while offset + _HEADER.size <= len(data):
+            length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
+            if kind == _NLMSG_DONE:
+                return ports
+            if kind == _NLMSG_ERROR or length < _HEADER.size:
+                raise OSError("sock_diag refused the request")
+            if kind == _SOCK_DIAG_BY_FAMILY:
+                # struct inet_diag_msg: 4 bytes, then the sockid, whose source port comes first.
+                ports.add(struct.unpack_from("!H", data, offset + _HEADER.size + 4)[0])
+            offset += (length + 3) & ~3
 
 
 def connections_to(port: int, proc: Path = Path("/proc/net")) -> list[str]:

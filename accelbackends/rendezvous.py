@@ -40,6 +40,8 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 #: How much longer than its own timeout a store connection may take before it counts as hung
 #: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
 _CONNECT_GRACE = 1.0
+#: How often a client on rank 0's host looks whether rank 0's store listens yet, seconds.
+_LISTEN_POLL = 0.005
 #: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
 _CONFLICT_TIMEOUT = 2.0
 _PEERS_SHOWN = 8
@@ -143,6 +145,8 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         except Exception as exc:
             outcome["error"] = exc
 
+    if cluster.master_addr and cluster.master_port and network.is_this_host(cluster.master_addr):
+        _until_listening(cluster.master_port, deadline)
     # A TCPStore client whose peer accepts the connection but never answers (another program on
     # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
     # torch 2.13, whatever its timeout; the constructor releases the GIL, so wait for it from
@@ -171,6 +175,22 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
             "and is the address reachable from this node?"
         ) from None
     return outcome["store"]
+
+
+def _until_listening(port: int, deadline: float) -> None:
+    """Wait, without connecting, until something on this host listens on ``port``.
+
+    A torch store client that is refused (rank 0 not listening yet) sleeps 0.25-0.75 s before
+    it tries again, in C++ that no timeout shortens; ranks that detect faster than rank 0 reaches
+    ``host_early`` met that sleep in up to half the starts of 8 ranks on 2 cores. Where rank 0 is
+    on this host the kernel can say when its port listens, at no cost to rank 0's store (a
+    probing connection would cost the store a reverse name look-up, the 5-second stall's
+    cause). Returns at the deadline too, or at once where the kernel cannot be asked: the
+    client then connects as it always did."""
+    while time.monotonic() < deadline:
+        if network.listening(port) is not False:
+            return
+        time.sleep(_LISTEN_POLL)
 
 
 def _answers_tcp(host: str | None, port: int | None) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from accelbackends.network import gloo_interface_for, interface_towards
 
 
@@ -27,3 +29,28 @@ def test_gloo_interface_is_chosen_only_for_gloo_jobs_across_hosts_without_a_user
     assert gloo_interface_for("nccl", "127.0.0.1", True, env={}) is None  # no Gloo
     assert gloo_interface_for("gloo", None, True, env={}) is None
     assert gloo_interface_for("gloo", "127.0.0.1", True, env={"GLOO_SOCKET_IFNAME": "eth1"}) is None
+
+
+def test_listening_sees_a_port_listen_and_stop_without_connecting_to_it() -> None:
+    from accelbackends.network import connections_to, listening
+
+    if listening(1) is None:
+        pytest.skip("the kernel cannot be asked (no sock_diag netlink here)")
+    server = socket.socket(socket.AF_INET6)
+    server.bind(("::", 0))
+    port = server.getsockname()[1]
+    assert listening(port) is False  # bound, not yet listening
+    server.listen()
+    assert listening(port) is True
+    assert connections_to(port) == []  # it asked the kernel; nobody connected
+    server.close()
+    assert listening(port) is False
+
+
+def test_this_host_is_localhost_its_name_or_an_address_it_owns_and_nothing_resolved() -> None:
+    from accelbackends.network import is_this_host
+
+    assert is_this_host("localhost") and is_this_host(socket.gethostname())
+    assert is_this_host("127.0.0.1") and is_this_host("::1")
+    assert not is_this_host("192.0.2.1")  # TEST-NET-1: an address no host here owns
+    assert not is_this_host("node-that-does-not-exist.invalid")  # a name is not looked up

@@ -195,3 +195,39 @@ def test_rank_zero_on_a_foreign_master_addr_warns_and_ends_within_its_timeout(
         in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_a_rank_on_rank_0s_host_connects_once_the_store_listens_and_is_never_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused torch store client sleeps 0.25-0.75 s before it tries again; a client on rank
+    0's host waits until the kernel says the port listens, so its one attempt succeeds."""
+    from accelbackends import rendezvous
+
+    if network.listening(1) is None:
+        pytest.skip("the kernel cannot be asked (no sock_diag netlink here)")
+    port = _free_port()
+    cluster = ClusterInfo("env", rank=1, world_size=2, master_addr="127.0.0.1", master_port=port)
+    attempts: list[bool | None] = []
+    real = dist.TCPStore
+
+    def recording(*args: object, **kwargs: object) -> object:
+        if len(args) > 3 and args[3] is False:  # a client: was the port listening?
+            attempts.append(network.listening(port))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "TCPStore", recording)
+    got: list[object] = []
+    deadline = time.monotonic() + 30
+    client = threading.Thread(
+        target=lambda: got.append(rendezvous._client(cluster, timedelta(seconds=30), deadline))
+    )
+    client.start()
+    time.sleep(0.5)  # the client is waiting, and has not tried to connect
+    assert attempts == [] and client.is_alive()
+    server = real("127.0.0.1", port, 2, True, timedelta(seconds=30))
+    client.join(30)
+    assert attempts == [True]
+    assert len(got) == 1
+    got[0].set("k", "v")  # type: ignore[attr-defined]
+    assert server.get("k") == b"v"
