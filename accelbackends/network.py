@@ -162,10 +162,11 @@ def is_local_address(address: str) -> bool:
 
 
 def is_this_host(host: str) -> bool:
-    """True when ``host`` is certainly this host, in this network namespace: ``localhost``, this
-    host's own name, or an address literal that a socket here can bind. Other names are not
-    resolved here (a look-up may wait on DNS), so they count as elsewhere."""
-    if host in ("localhost", socket.gethostname()):
+    """True when ``host`` is certainly this network namespace: ``localhost``, or an address
+    literal that a socket here can bind (a connection to it can only reach a listener here).
+    Names are not resolved (a look-up may wait on DNS), so they count as elsewhere; so does this
+    host's own name, which a container's hosts file may map to an address of another."""
+    if host == "localhost":
         return True
     try:
         ipaddress.ip_address(host.split("%")[0])

@@ -42,6 +42,10 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 _CONNECT_GRACE = 1.0
 #: How often a client on rank 0's host looks whether rank 0's store listens yet, seconds.
 _LISTEN_POLL = 0.005
+#: How long it looks before connecting anyway (torch's client then retries on its own): a rank 0
+#: slower than this pays one back-off, and a judgement of "this host" that was wrong costs no
+#: more than this.
+_LISTEN_WAIT = 10.0
 #: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
 _CONFLICT_TIMEOUT = 2.0
 _PEERS_SHOWN = 8
@@ -146,7 +150,7 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
             outcome["error"] = exc
 
     if cluster.master_addr and cluster.master_port and network.is_this_host(cluster.master_addr):
-        _until_listening(cluster.master_port, deadline)
+        _until_listening(cluster.master_port, min(deadline, time.monotonic() + _LISTEN_WAIT))
     # A TCPStore client whose peer accepts the connection but never answers (another program on
     # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
     # torch 2.13, whatever its timeout; the constructor releases the GIL, so wait for it from
@@ -185,7 +189,7 @@ def _until_listening(port: int, deadline: float) -> None:
     ``host_early`` met that sleep in up to half the starts of 8 ranks on 2 cores. Where rank 0 is
     on this host the kernel can say when its port listens, at no cost to rank 0's store (a
     probing connection would cost the store a reverse name look-up, the 5-second stall's
-    cause). Returns at the deadline too, or at once where the kernel cannot be asked: the
+    cause). Returns at ``deadline`` too, or at once where the kernel cannot be asked: the
     client then connects as it always did."""
     while time.monotonic() < deadline:
         if network.listening(port) is not False:
