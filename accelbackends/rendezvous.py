@@ -149,8 +149,15 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         except Exception as exc:
             outcome["error"] = exc
 
+    nobody_listens = (
+        f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+        f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
+        "address reachable from this node?"
+    )
     if cluster.master_addr and cluster.master_port and network.is_this_host(cluster.master_addr):
         _until_listening(cluster.master_port, min(deadline, time.monotonic() + _LISTEN_WAIT))
+        if time.monotonic() >= deadline and network.listening(cluster.master_port) is False:
+            raise RendezvousError(nobody_listens)
     # A TCPStore client whose peer accepts the connection but never answers (another program on
     # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
     # torch 2.13, whatever its timeout; the constructor releases the GIL, so wait for it from
@@ -160,11 +167,7 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()) + _CONNECT_GRACE)
     if worker.is_alive() and not _answers_tcp(cluster.master_addr, cluster.master_port):
-        raise RendezvousError(
-            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
-            f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
-            "address reachable from this node?"
-        )
+        raise RendezvousError(nobody_listens)
     if worker.is_alive():
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "

@@ -80,6 +80,9 @@ def test_unreachable_store_message_has_no_stray_punctuation() -> None:
         accelbackends.init(registry=Registry(env=_env(1, port)), rendezvous_timeout=1)
     assert ".;" not in str(caught.value)
     assert "is rank 0 running" in str(caught.value)
+    # Rank 0's host is this one: the kernel said nothing listens, in accelbackends' words (not
+    # torch's "timed out after 100ms" from the last attempt).
+    assert "within 1 s: nothing accepts connections there" in str(caught.value)
 
 
 def _when_listening(port: int, then: object) -> threading.Thread:
