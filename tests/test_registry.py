@@ -351,3 +351,36 @@ def test_cluster_environment_returning_nonsense_is_a_plugin_error() -> None:
 
     with pytest.raises(accelbackends.PluginError, match="instead of a ClusterInfo"):
         Registry(env={}, plugins=[("nonsense", Nonsense())]).cluster_environment()
+
+
+def test_the_quick_hook_lookup_answers_as_pluggy_does_for_every_name_of_every_plugin() -> None:
+    """`_PluginManager` answers None at once for a module attribute pluggy cannot hook; for
+    every name of every built-in plugin module, and of a module with each hookable kind, its
+    answer is pluggy's own."""
+    import importlib
+    import types
+
+    import pluggy
+
+    from accelbackends.plugin import hookimpl, hookspecs
+    from accelbackends.registry import BUILTIN_PLUGINS, _PluginManager
+
+    @hookimpl
+    def accelbackends_declare_accelerators() -> list[object]:
+        return []
+
+    odd = types.ModuleType("odd_plugin")
+    odd.plain = accelbackends_declare_accelerators  # type: ignore[attr-defined]
+    odd.static = staticmethod(accelbackends_declare_accelerators)  # type: ignore[attr-defined]
+    odd.constant = 3  # type: ignore[attr-defined]
+    odd.cls = int  # type: ignore[attr-defined]
+    quick, plain = _PluginManager(hookspecs.PROJECT), pluggy.PluginManager(hookspecs.PROJECT)
+    modules = [importlib.import_module(module) for _, module in BUILTIN_PLUGINS] + [odd]
+    found = 0
+    for module in modules:
+        for name in dir(module):
+            expected = plain.parse_hookimpl_opts(module, name)
+            assert quick.parse_hookimpl_opts(module, name) == expected, (module, name)
+            found += expected is not None
+    assert quick.parse_hookimpl_opts(odd, "static") is not None
+    assert found > len(BUILTIN_PLUGINS)  # every built-in implements at least one hook
