@@ -197,7 +197,7 @@ def versions() -> dict[str, str | None]:
     from ._version import __version__
 
     return {
-        "python": ".".join(map(str, sys.version_info[:3])),
+        "python": sys.version.split()[0],
         "torch": _installed_version("torch"),
         "pluggy": _installed_version("pluggy"),
         "accelbackends": __version__,
@@ -316,7 +316,7 @@ def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
         "```text",
         f"accelbackends {report['versions']['accelbackends']}",
         f"platform: {report['platform']}",
-        f"python: {sys.version.split()[0]} ({sys.implementation.name}) at "
+        f"python: {report['versions']['python']} ({sys.implementation.name}) at "
         f"{os.path.basename(sys.executable)}",
         "packages: "
         + ", ".join(

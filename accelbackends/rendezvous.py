@@ -155,8 +155,8 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         "address reachable from this node?"
     )
     if cluster.master_addr and cluster.master_port and network.is_this_host(cluster.master_addr):
-        _until_listening(cluster.master_port, min(deadline, time.monotonic() + _LISTEN_WAIT))
-        if time.monotonic() >= deadline and network.listening(cluster.master_port) is False:
+        limit = min(deadline, time.monotonic() + _LISTEN_WAIT)
+        if _until_listening(cluster.master_port, limit) is False and limit == deadline:
             raise RendezvousError(nobody_listens)
     # A TCPStore client whose peer accepts the connection but never answers (another program on
     # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
@@ -184,7 +184,7 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     return outcome["store"]
 
 
-def _until_listening(port: int, deadline: float) -> None:
+def _until_listening(port: int, deadline: float) -> bool | None:
     """Wait, without connecting, until something on this host listens on ``port``.
 
     A torch store client that is refused (rank 0 not listening yet) sleeps 0.25-0.75 s before
@@ -192,11 +192,13 @@ def _until_listening(port: int, deadline: float) -> None:
     ``host_early`` met that sleep in up to half the starts of 8 ranks on 2 cores. Where rank 0 is
     on this host the kernel can say when its port listens, at no cost to rank 0's store (a
     probing connection would cost the store a reverse name look-up, the 5-second stall's
-    cause). Returns at ``deadline`` too, or at once where the kernel cannot be asked: the
-    client then connects as it always did."""
-    while time.monotonic() < deadline:
-        if network.listening(port) is not False:
-            return
+    cause). Returns the kernel's last answer: True once the port listens, False at
+    ``deadline`` with nothing listening, None at once where the kernel cannot be asked (the
+    client then connects as it always did)."""
+    while True:
+        listens = network.listening(port)
+        if listens is not False or time.monotonic() >= deadline:
+            return listens
         time.sleep(_LISTEN_POLL)
 
 

@@ -53,7 +53,7 @@ def node_index(env: Mapping[str, str], hostname: str | None = None) -> tuple[int
     hosts = _compute_hosts(env)
     if not hosts:
         return None
-    if hostname is None:
+    if not hostname:
         import socket  # only under LSF: detection elsewhere never needs it
 
         hostname = socket.gethostname()
