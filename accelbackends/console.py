@@ -4,7 +4,8 @@ A plugin may print at import (to ``sys.stdout`` or straight to file descriptor 1
 thread that never ends. With ``--json`` the report goes to a duplicate of the original stdout,
 while descriptor 1 and ``sys.stdout`` point at stderr for everybody else: whatever a plugin (or a
 C library under it) prints lands on stderr, never in front of the JSON. At exit the command does
-not wait for threads it did not start, nor for a plugin call it gave up on.
+not wait for threads it did not start, nor for a plugin call it gave up on, and does not let a
+thread still inside torch abort the interpreter's shutdown.
 """
 
 from __future__ import annotations
@@ -54,13 +55,18 @@ def keep_plugin_output_off_stdout(enabled: bool) -> Callable[[], None]:
 
 
 def exit(code: int) -> NoReturn:
-    """Exit with ``code``; without waiting where a plugin left a thread running (a non-daemon
-    thread it started, or a call given up on), as the interpreter would wait for it forever."""
+    """Exit with ``code``, skipping the interpreter's shutdown whenever another thread is still
+    running.
+
+    A non-daemon thread (a plugin's, or a call given up on) would keep the interpreter waiting
+    forever. A daemon thread inside a native call that released the GIL (a torch store connect
+    or wait, a Gloo collective) is worse: when that call returns while the interpreter shuts
+    down, CPython ends the thread from inside torch's C++ frames and the process aborts
+    ("terminate called without an active exception", status 134 instead of ``code``). The
+    command's output is flushed first; only atexit callbacks and finalisers are skipped."""
     main = threading.main_thread()
-    lingering = [
-        t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()
-    ]
-    if lingering or stuck():
+    running = [t for t in threading.enumerate() if t is not main and t.is_alive()]
+    if running or stuck():
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
