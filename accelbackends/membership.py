@@ -491,7 +491,7 @@ def verify_group(
     except (RuntimeError, NotImplementedError) as exc:
         # Refused when dispatched, before anything was sent: the same on every rank, since
         # every rank has the same backend.
-        logging.getLogger(__name__).warning(
+        log.warning(
             "rank %d: the process group's backend cannot run all_to_all (%s); membership was "
             "proven at the rendezvous only",
             rank,

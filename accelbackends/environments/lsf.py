@@ -53,11 +53,11 @@ def node_index(env: Mapping[str, str], hostname: str | None = None) -> tuple[int
     hosts = _compute_hosts(env)
     if not hosts:
         return None
-    if not hostname:
+    name = hostname
+    if not name:
         import socket  # only under LSF: detection elsewhere never needs it
 
-        hostname = socket.gethostname()
-    name = hostname
+        name = socket.gethostname()
     distinct = list(dict.fromkeys(hosts))
     if name in distinct:
         return distinct.index(name), f"{_RANKFILE} (this host's place, {name})"
