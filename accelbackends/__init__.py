@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .attaching import attach
-    from .lifecycle import destroy, distributed, init, is_initialized
+    from .job.attach import attach
+    from .job.lifecycle import destroy, distributed, init, is_initialized
+    from .job.select import detect, select
+    from .job.spawn import spawn
     from .plugin.errors import (
         AccelBackendsError,
         AccelBackendsWarning,
@@ -43,24 +45,22 @@ if TYPE_CHECKING:
         Probe,
         Selection,
     )
-    from .registry import PluginInfo, Registry, default_registry, reset
-    from .selection import detect, select
-    from .spawning import spawn
+    from .registry.facade import PluginInfo, Registry, default_registry, reset
 
 _EXPORTS = {
     "hookimpl": "plugin.hookspecs",
-    "detect": "selection",
-    "select": "selection",
-    "attach": "attaching",
-    "init": "lifecycle",
-    "destroy": "lifecycle",
-    "distributed": "lifecycle",
-    "is_initialized": "lifecycle",
-    "spawn": "spawning",
-    "Registry": "registry",
-    "PluginInfo": "registry",
-    "default_registry": "registry",
-    "reset": "registry",
+    "detect": "job.select",
+    "select": "job.select",
+    "attach": "job.attach",
+    "init": "job.lifecycle",
+    "destroy": "job.lifecycle",
+    "distributed": "job.lifecycle",
+    "is_initialized": "job.lifecycle",
+    "spawn": "job.spawn",
+    "Registry": "registry.facade",
+    "PluginInfo": "registry.facade",
+    "default_registry": "registry.facade",
+    "reset": "registry.facade",
     **dict.fromkeys(
         (
             "AcceleratorSpec",

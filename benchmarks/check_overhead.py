@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accelbackends.check import MIB, format_size, measure, parse_size
+from accelbackends.cli.check import MIB, format_size, measure, parse_size
 
 GOAL = 0.95
 #: The sides of every round: check's loop, the hand-written loop, and the hand-written loop

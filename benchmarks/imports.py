@@ -35,7 +35,7 @@ from ._common import (
 
 GOAL_SECONDS = 0.040
 #: Modules whose presence after ``import accelbackends`` means work was done at import time.
-HEAVY = ("torch", "pluggy", "importlib.metadata", "accelbackends.registry", "numpy")
+HEAVY = ("torch", "pluggy", "importlib.metadata", "accelbackends.registry.facade", "numpy")
 
 # Counts calls of importlib.metadata.entry_points, should anything import it, and lists which
 # of HEAVY are loaded after the import.

@@ -98,7 +98,7 @@ def _rank(kind: str, where: Any, rank: int, world_size: int, queue: Any) -> None
 
 def _job(kind: str, world_size: int) -> float:
     """Seconds from creating the store until every rank had initialised."""
-    from accelbackends.rendezvous import host_loopback_store
+    from accelbackends.rendezvous.store import host_loopback_store
 
     context = multiprocessing.get_context("fork")
     queue = context.SimpleQueue()
@@ -133,7 +133,7 @@ def _job(kind: str, world_size: int) -> float:
 
 def _connections(kind: str, count: int) -> list[float]:
     """Seconds each of ``count`` clients took to connect, set and read one key."""
-    from accelbackends.rendezvous import host_loopback_store
+    from accelbackends.rendezvous.store import host_loopback_store
 
     workdir = tempfile.mkdtemp(prefix="bench-stores-")
     server: Any = None

@@ -7,9 +7,9 @@ runs one side, the order alternating:
 - ``join + barrier (before)``: what ``init()`` did before membership proofs: each rank adds
   itself to a counter, the last sets a completion key, the others wait for it; and, after
   ``init_process_group``, the store barrier that keeps ranks from leaving early.
-- ``membership (after)``: what it does now: `accelbackends.membership.admit` with a
+- ``membership (after)``: what it does now: `accelbackends.rendezvous.membership.admit` with a
   secret (rank 0's nonce, each rank's HMAC proof, rank 0's check of every proof and its signed
-  verdict) and `accelbackends.membership.verify_group`, the second proof over the process
+  verdict) and `accelbackends.rendezvous.membership.verify_group`, the second proof over the process
   group, which is also the barrier.
 
 A round's time is the slowest rank's. The figure is the median of the paired differences
@@ -65,7 +65,7 @@ def _join_and_barrier(raw: Any, prefix: str, world_size: int) -> None:
 def _rank(rank: int, world_size: int, port: int, rounds: int, queue: Any) -> None:
     import torch.distributed as dist
 
-    from accelbackends import membership
+    from accelbackends.rendezvous import membership
 
     raw = dist.TCPStore(
         "127.0.0.1", port, world_size, rank == 0, timedelta(seconds=60), wait_for_workers=False

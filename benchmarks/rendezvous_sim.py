@@ -3,7 +3,7 @@
 What is simulated: each rank is a thread (spread over a few forked processes, so that the client
 side is not one interpreter's GIL) that runs exactly what ``init()`` runs before and after
 ``init_process_group``: it connects to the store and joins
-(`accelbackends.rendezvous.meet`: count in, wait until all N have), and after the process
+(`accelbackends.rendezvous.store.meet`: count in, wait until all N have), and after the process
 group it waits at the all-connected barrier (the store barrier ``init()`` ends with). Two stores:
 
 - ``tcp``: torch's TCP store, hosted by the parent as a launcher's agent hosts it (every rank a
@@ -82,9 +82,9 @@ def _worker(
     go: Any,
     done: Any,
 ) -> None:
-    from accelbackends.lifecycle import _wait_until_every_rank_is_connected
+    from accelbackends.job.lifecycle import _wait_until_every_rank_is_connected
     from accelbackends.plugin.types import ClusterInfo
-    from accelbackends.rendezvous import meet
+    from accelbackends.rendezvous.store import meet
 
     finished: list[float] = []
     failures: list[str] = []

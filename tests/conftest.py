@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 import accelbackends
-from accelbackends import accelerators, isolation
-from accelbackends import registry as _registry
+from accelbackends import accelerators
 from accelbackends.plugin import _installed
+from accelbackends.registry import facade as _registry
+from accelbackends.registry import guard as isolation
 from accelbackends.testing import cluster as kit_cluster
 
-# The per-user secret file (accelbackends.membership) goes to a fresh directory, never into the
+# The per-user secret file (rendezvous.membership) goes to a fresh directory, never into the
 # home of whoever runs the suite; child processes inherit it.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="accelbackends-tests-config-")
 

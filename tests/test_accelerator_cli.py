@@ -87,7 +87,7 @@ def test_installed_vendor_packages_without_devices_neither_win_nor_are_imported(
     stack = FakeStack(tmp_path / "stack").habana().oneccl().ipex()
     script = (
         "import sys, json, accelbackends\n"
-        "from accelbackends.info import collect\n"
+        "from accelbackends.cli.info import collect\n"
         "statuses = {s.name: s.detection.reason for s in accelbackends.detect()}\n"
         "selection = accelbackends.select()\n"
         "collect(accelbackends.default_registry())\n"
@@ -115,7 +115,7 @@ def test_installed_vendor_packages_without_devices_neither_win_nor_are_imported(
 
 
 def test_info_over_a_fake_tree_reports_every_plugin_without_raising(tmp_path: Path) -> None:
-    from accelbackends.info import collect
+    from accelbackends.cli.info import collect
 
     tree = FakeTree(tmp_path / "root").nvidia(2).intel_gpu().gaudi(4)
     report = collect(Registry(env={"ACCELBACKENDS_NVML": "off"}, root=tree.root))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from accelbackends import defaults
 from accelbackends.accelerators import cuda, xpu
 from accelbackends.accelerators._nvml import NVML
 from accelbackends.plugin.errors import ConfigError, InitError
@@ -21,6 +20,7 @@ from accelbackends.plugin.types import (
     Detection,
     OptionsRequest,
 )
+from accelbackends.registry import defaults
 from accelbackends.testing import FakeGpu, FakeStack, FakeTree, nvml
 
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"

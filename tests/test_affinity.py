@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import accelbackends
-from accelbackends import affinity, info
 from accelbackends.accelerators import cuda, hpu, xpu
-from accelbackends.affinity import CPU_AFFINITY, plan, plan_for, read_topology
+from accelbackends.cli import info
+from accelbackends.job import affinity
+from accelbackends.job.affinity import CPU_AFFINITY, plan, plan_for, read_topology
 from accelbackends.plugin import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -359,7 +360,7 @@ def test_info_reports_the_plan_without_importing_torch(cli: Cli) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, accelbackends.info as i, accelbackends as a;"
+            "import sys, accelbackends.cli.info as i, accelbackends as a;"
             "i.render(i.collect(a.default_registry()));"
             "print('torch' in sys.modules)",
         ],

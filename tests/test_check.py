@@ -24,7 +24,7 @@ import pytest
 from conftest import _LAUNCHER_PREFIXES, _LAUNCHER_VARS, run_cli
 
 import accelbackends
-from accelbackends import check
+from accelbackends.cli import check
 
 #: Tiny sweeps keep every run to a few seconds on a 2-core machine.
 QUICK = ("--min-bytes", "1KiB", "--max-bytes", "8KiB", "--iters", "2", "--warmup", "1")
@@ -401,7 +401,7 @@ def test_bus_bandwidth_factors_are_those_of_nccl_tests() -> None:
 
 def test_building_the_parser_and_importing_check_do_not_import_torch() -> None:
     code = (
-        "import sys, accelbackends.cli as cli; cli._parser(); import accelbackends.check; "
+        "import sys, accelbackends.cli.main as cli; cli._parser(); import accelbackends.cli.check; "
         "sys.exit('torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], env=_child_env(), check=False)

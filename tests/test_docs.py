@@ -12,7 +12,7 @@ from pathlib import Path
 
 import accelbackends
 from accelbackends import plugin, testing
-from accelbackends.cli import _parser
+from accelbackends.cli.main import _parser
 from accelbackends.plugin import config, hookspecs
 from accelbackends.testing import pytest_plugin
 

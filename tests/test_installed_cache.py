@@ -23,11 +23,11 @@ FORBIDDEN = {
     "torch": "detection never imports torch",
     "numpy": "detection never imports NumPy",
     # check's flags are added to the parser only when check runs.
-    "accelbackends.check": "only `check` needs it",
+    "accelbackends.cli.check": "only `check` needs it",
     # The runtime half of the package: nothing to initialise or start here.
-    "accelbackends.lifecycle": "only init() needs it",
-    "accelbackends.spawning": "only spawn() needs it",
-    "accelbackends.rendezvous": "only init() needs it",
+    "accelbackends.job.lifecycle": "only init() needs it",
+    "accelbackends.job.spawn": "only spawn() needs it",
+    "accelbackends.rendezvous.store": "only init() needs it",
     # importlib.metadata and what it alone pulls in (METADATA is an e-mail header block,
     # RECORD a CSV file, eggs zip files): the cache answers instead.
     "importlib.metadata": "the cache answers from a warm start",
@@ -35,9 +35,9 @@ FORBIDDEN = {
     "csv": "importlib.metadata reads RECORD with it",
     "zipfile": "importlib.metadata reads zipped eggs with it",
     # The proof of membership and the network checks: info only says where the secret comes
-    # from (accelbackends.secret), and a one-rank environment has no address to check.
-    "accelbackends.membership": "only the rendezvous proves membership",
-    "accelbackends.network": "only a job of more than one rank has an address to check",
+    # from (accelbackends.rendezvous.secret), and a one-rank environment has no address to check.
+    "accelbackends.rendezvous.membership": "only the rendezvous proves membership",
+    "accelbackends.rendezvous.network": "only a job of more than one rank has an address to check",
     "hashlib": "nothing is hashed",
     "hmac": "nothing is signed",
     "secrets": "no secret is made",
@@ -79,7 +79,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     {body}
 print(json.dumps(sorted(sys.modules)))
 """
-_INFO = "from accelbackends.cli import main; main({argv!r})"
+_INFO = "from accelbackends.cli.main import main; main({argv!r})"
 _SELECT = "import accelbackends; accelbackends.select()"
 #: A child that writes the cache whatever the age of the directories it stamps (a test's
 #: directories are seconds old; the settle rule is tested on its own below).
@@ -145,7 +145,7 @@ def test_a_warm_start_loads_no_check_torch_metadata_or_heavy_stdlib_module(
     _run(_WARM + code, env, workdir)  # the first start after an install reads and caches
     modules = json.loads(_run(code, env, workdir).stdout)
     assert _forbidden(modules) == {}
-    assert "accelbackends.registry" in modules  # the plugins were loaded: it did the work
+    assert "accelbackends.registry.facade" in modules  # the plugins were loaded: it did the work
 
 
 def test_the_cold_start_reads_importlib_metadata_and_writes_the_cache(
@@ -159,8 +159,8 @@ def test_the_cold_start_reads_importlib_metadata_and_writes_the_cache(
 
 def _info_plugins(env: dict[str, str], cwd: Path, *, warm: bool = False) -> list[str]:
     code = (_WARM if warm else "") + (
-        "import json\nfrom accelbackends.info import collect\n"
-        "from accelbackends.registry import Registry\n"
+        "import json\nfrom accelbackends.cli.info import collect\n"
+        "from accelbackends.registry.facade import Registry\n"
         "print(json.dumps([p['name'] for p in collect(Registry())['plugins']]))\n"
     )
     names: list[str] = json.loads(_run(code, env, cwd).stdout.splitlines()[-1])

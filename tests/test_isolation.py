@@ -10,7 +10,9 @@ import pytest
 from conftest import AcceleratorPlugin, fake_accelerator, wait_until_no_plugin_call_is_stuck
 
 import accelbackends
-from accelbackends import Registry, isolation, spawning
+from accelbackends import Registry
+from accelbackends.job import spawn as spawning
+from accelbackends.registry import guard as isolation
 
 
 def _exits() -> None:

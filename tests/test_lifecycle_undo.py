@@ -24,8 +24,8 @@ from accelbackends import (
     Registry,
     RendezvousError,
 )
+from accelbackends.job.undo import EnvironmentChanges
 from accelbackends.testing import InlinePlugin
-from accelbackends.undo import EnvironmentChanges
 
 #: What the test plugin's bind writes, like the Habana plugin's module id.
 BIND_VARIABLE = "ACCELBACKENDS_TEST_BOUND"

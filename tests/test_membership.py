@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from accelbackends import ConfigError, membership
+from accelbackends import ConfigError
+from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
 
 INTRUDERS = Path(__file__).parent / "intruders"

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from accelbackends.network import gloo_interface_for, interface_towards
+from accelbackends.rendezvous.network import gloo_interface_for, interface_towards
 
 
 def _loopback_name() -> str | None:
@@ -32,7 +32,7 @@ def test_gloo_interface_is_chosen_only_for_gloo_jobs_across_hosts_without_a_user
 
 
 def test_listening_sees_a_port_listen_and_stop_without_connecting_to_it() -> None:
-    from accelbackends.network import connections_to, listening
+    from accelbackends.rendezvous.network import connections_to, listening
 
     if listening(1) is None:
         pytest.skip("the kernel cannot be asked (no sock_diag netlink here)")
@@ -48,7 +48,7 @@ def test_listening_sees_a_port_listen_and_stop_without_connecting_to_it() -> Non
 
 
 def test_this_host_is_localhost_or_an_address_it_owns_and_no_name_is_resolved() -> None:
-    from accelbackends.network import is_this_host
+    from accelbackends.rendezvous.network import is_this_host
 
     assert is_this_host("localhost")
     assert is_this_host("127.0.0.1") and is_this_host("::1")

@@ -363,7 +363,7 @@ def test_the_quick_hook_lookup_answers_as_pluggy_does_for_every_name_of_every_pl
     import pluggy
 
     from accelbackends.plugin import hookimpl, hookspecs
-    from accelbackends.registry import BUILTIN_PLUGINS, _PluginManager
+    from accelbackends.registry.facade import BUILTIN_PLUGINS, _PluginManager
 
     @hookimpl
     def accelbackends_declare_accelerators() -> list[object]:

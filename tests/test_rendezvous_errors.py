@@ -13,7 +13,8 @@ import pytest
 import torch.distributed as dist
 
 import accelbackends
-from accelbackends import ClusterInfo, ConfigError, Registry, RendezvousError, membership, network
+from accelbackends import ClusterInfo, ConfigError, Registry, RendezvousError
+from accelbackends.rendezvous import membership, network
 
 
 def _free_port() -> int:
@@ -205,7 +206,7 @@ def test_a_rank_on_rank_0s_host_connects_once_the_store_listens_and_is_never_ref
 ) -> None:
     """A refused torch store client sleeps 0.25-0.75 s before it tries again; a client on rank
     0's host waits until the kernel says the port listens, so its one attempt succeeds."""
-    from accelbackends import rendezvous
+    from accelbackends.rendezvous import store as rendezvous
 
     if network.listening(1) is None:
         pytest.skip("the kernel cannot be asked (no sock_diag netlink here)")

@@ -185,7 +185,7 @@ def test_import_detect_and_select_do_not_import_torch() -> None:
         "import sys, accelbackends\n"
         "accelbackends.detect(); accelbackends.select(); accelbackends.default_registry()"
         ".cluster_environment()\n"
-        "from accelbackends.cli import main\n"
+        "from accelbackends.cli.main import main\n"
         "main(['info', '--json'])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'numpy', 'habana_frameworks', 'intel_extension_for_pytorch', "

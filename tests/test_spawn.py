@@ -160,7 +160,7 @@ def test_seed_is_identical_on_every_rank_unless_offset_per_rank() -> None:
 def test_the_spawn_function_survives_an_import_of_its_module() -> None:
     import importlib
 
-    importlib.import_module("accelbackends.spawning")
+    importlib.import_module("accelbackends.job.spawn")
     assert callable(accelbackends.spawn)
     assert accelbackends.spawn(_rank_only, 1) == [0]
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import accelbackends
-import accelbackends.spawning as spawning
+import accelbackends.job.spawn as spawning
 from accelbackends import ConfigError, SpawnError
 
 

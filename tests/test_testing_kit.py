@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import accelbackends
-import accelbackends.lifecycle
-import accelbackends.registry
+import accelbackends.job.lifecycle
+import accelbackends.registry.facade
 
 # Imported here, before any pytester snapshot of sys.modules: an inner session must not be the
 # first to import them, or the snapshot's restore would leave a second copy behind.
@@ -31,7 +31,7 @@ from accelbackends.testing import (
     launcher_env,
 )
 
-for _, _module in accelbackends.registry.BUILTIN_PLUGINS:
+for _, _module in accelbackends.registry.facade.BUILTIN_PLUGINS:
     importlib.import_module(_module)
 
 pytest_plugins = ["pytester"]

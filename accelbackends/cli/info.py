@@ -13,13 +13,14 @@ import os
 import sys
 from typing import Any
 
-from . import affinity, secret
-from .plugin import config
-from .plugin.errors import AccelBackendsError, ConfigError, first_line
-from .plugin.packages import installed
-from .plugin.text import aligned, wrap
-from .registry import Registry
-from .selection import select
+from ..job import affinity
+from ..job.select import select
+from ..plugin import config
+from ..plugin.errors import AccelBackendsError, ConfigError, first_line
+from ..plugin.packages import installed
+from ..registry.facade import Registry
+from ..rendezvous import secret
+from .text import aligned, wrap
 
 __all__ = ["collect", "render", "render_bug_report"]
 
@@ -116,7 +117,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             if found.world_size > 1 and found.master_addr is not None:
                 # The address rank 0 will host on and the others dial: flag it here, where the
                 # user looks, instead of at the end of a rendezvous timeout.
-                from . import network  # only for a job of more than one rank
+                from ..rendezvous import network  # only for a job of more than one rank
 
                 where = found.source("master_addr")
                 problem = network.master_addr_problem(
@@ -194,7 +195,7 @@ def platform_name() -> str:
 
 def versions() -> dict[str, str | None]:
     """Python, torch, pluggy and accelbackends, read without importing torch."""
-    from ._version import __version__
+    from .._version import __version__
 
     return {
         "python": sys.version.split()[0],
@@ -303,7 +304,7 @@ def _note(message: str | None) -> str:
 def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
     """``info --report``: one Markdown block to paste into a bug report: versions, platform,
     how the command was run, the launcher variables it saw, and the whole report."""
-    from .testing.cluster import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
+    from ..testing.cluster import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
 
     launcher = {
         key: config.shown(value)[1:-1]

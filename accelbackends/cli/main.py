@@ -18,9 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._termination import Watchdog, watch_sigterm
-from .console import keep_plugin_output_off_stdout
-from .plugin.errors import (
+from ..plugin.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -30,7 +28,9 @@ from .plugin.errors import (
     ConfigError,
     first_line,
 )
-from .plugin.text import clean, colour, columns, say, terminal_width
+from .process import keep_plugin_output_off_stdout
+from .sigterm import Watchdog, watch_sigterm
+from .text import clean, colour, columns, say, terminal_width
 
 __all__ = ["main", "run"]
 
@@ -113,7 +113,7 @@ class _Later(str):
 
 
 class _Parser(argparse.ArgumentParser):
-    #: Adds this parser's arguments on first use: ``check``'s come from accelbackends.check,
+    #: Adds this parser's arguments on first use: ``check``'s come from accelbackends.cli.check,
     #: which ``info`` must not pay for importing.
     deferred: Callable[[argparse.ArgumentParser], None] | None = None
 
@@ -181,7 +181,7 @@ def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._version import __version__
+    from .._version import __version__
 
     parser = _Parser(
         prog="accelbackends",
@@ -236,8 +236,8 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _info(args: argparse.Namespace, argv: list[str]) -> int:
+    from ..registry.facade import default_registry
     from .info import collect, render, render_bug_report
-    from .registry import default_registry
 
     report = collect(default_registry(), show_all=args.all)
     if args.json:
@@ -258,8 +258,8 @@ def _json_failure(args: argparse.Namespace, exc: BaseException, message: str = "
     (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
     if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
         return
+    from ..registry.facade import default_registry
     from .check.report import failure_report, print_json
-    from .registry import default_registry
 
     try:
         rank = default_registry().cluster_environment().rank
@@ -280,7 +280,7 @@ def _wants_json(argv: list[str]) -> bool:
 def _show_warnings_as_one_line() -> None:
     """The package's warnings as ``accelbackends: warning: ...`` (yellow on a terminal) instead
     of Python's ``path:line: Category: message`` and a source line; others as Python shows them."""
-    from .plugin.errors import AccelBackendsWarning
+    from ..plugin.errors import AccelBackendsWarning
 
     python_way = warnings.showwarning
 
@@ -387,6 +387,6 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def run() -> None:
     """The console script: ``main``, then exit without waiting for plugins' threads."""
-    from .console import exit
+    from .process import exit
 
     exit(main())

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn
 
-from .plugin import text
+from . import text
 
 __all__ = ["exit", "keep_plugin_output_off_stdout"]
 

@@ -1,7 +1,6 @@
-"""Wording shared by ``info``, ``check`` and the plugins' reasons: one text module for all.
-
-Plugins use `plural` in the reasons their probes give; the rest is how the commands print:
-printing that survives a closed pipe, aligned columns, wrapping to the terminal's width, colour.
+"""How the commands print: printing that survives a closed pipe, aligned columns, wrapping to
+the terminal's width, colour. `plural` is the plugin layer's (``accelbackends.plugin.text``),
+re-exported here so that the commands take all their wording from one module.
 
 Wrapping and colour are for people at a terminal: piped output keeps every line whole and plain
 (a script or ``grep`` sees the full text), unless ``COLUMNS`` asks for a width. Colour follows
@@ -16,6 +15,8 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from typing import TextIO
+
+from ..plugin.text import plural
 
 __all__ = [
     "aligned",
@@ -108,7 +109,7 @@ _report: TextIO | None = None
 
 def report_to(stream: TextIO | None) -> None:
     """Make ``say`` print to ``stream`` (None: ``sys.stdout``). The command line's own
-    stdout while plugins' output is sent to stderr (``accelbackends.console``)."""
+    stdout while plugins' output is sent to stderr (``accelbackends.cli.process``)."""
     global _report
     _report = stream
 
@@ -154,11 +155,6 @@ def columns(fallback: int = 80) -> int:
         return os.get_terminal_size(stdout.fileno()).columns or fallback if stdout else fallback
     except (ValueError, OSError):
         return fallback
-
-
-def plural(count: int, word: str) -> str:
-    """``word`` for one, ``words`` for any other count (the count itself is not included)."""
-    return word if count == 1 else word + "s"
 
 
 def aligned(rows: Sequence[Sequence[str]], indent: str = "", width: int | None = None) -> list[str]:

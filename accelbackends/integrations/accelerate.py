@@ -36,7 +36,7 @@ def verify(state: Any = None) -> Context:
         InitError: Accelerate's process index or number of processes differs from the
             group's, or it does not run distributed although the group has several ranks.
     """
-    from ..attaching import attach
+    from ..job.attach import attach
 
     if state is None:
         from accelerate import PartialState

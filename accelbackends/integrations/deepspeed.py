@@ -16,9 +16,9 @@ import os
 import sys
 from typing import Any
 
+from ..job.environ import DEEPSPEED_ACCELERATORS
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import Context
-from ._environment import DEEPSPEED_ACCELERATORS
 
 __all__ = ["init_distributed", "select_accelerator"]
 
@@ -64,8 +64,8 @@ def init_distributed(**init_kwargs: Any) -> Context:
     """
     import torch.distributed as dist
 
-    from ..attaching import attach
-    from ..lifecycle import init
+    from ..job.attach import attach
+    from ..job.lifecycle import init
 
     context = attach() if dist.is_initialized() else init(**init_kwargs)
     select_accelerator(context.accelerator)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from ..job.recognise import recognise
+from ..job.select import select
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import Selection
-from ..registry import Registry, default_registry
-from ..selection import select
-from ._recognition import recognise
+from ..registry.facade import Registry, default_registry
 
 try:
     from lightning.fabric.plugins.environments import ClusterEnvironment

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .plugin import config, sysfs
-from .plugin.errors import AccelBackendsWarning, ConfigError, describe
-from .plugin.locality import format_cpulist, parse_cpulist
-from .plugin.text import plural
-from .plugin.types import AcceleratorStatus, BindRequest, ClusterInfo, Locality, Probe
+from ..cli.text import plural
+from ..plugin import config, sysfs
+from ..plugin.errors import AccelBackendsWarning, ConfigError, describe
+from ..plugin.locality import format_cpulist, parse_cpulist
+from ..plugin.types import AcceleratorStatus, BindRequest, ClusterInfo, Locality, Probe
 
 if TYPE_CHECKING:
-    from .registry import Registry
+    from ..registry.facade import Registry
 
 __all__ = [
     "AUTO",
@@ -401,7 +401,7 @@ def pinned(
         )
     import torch
 
-    from .accelerators.cpu import intra_op_threads
+    from ..accelerators.cpu import intra_op_threads
 
     result = plan_for(registry, status, cluster.local_world_size, mode)
     cpus = result.ranks[cluster.local_rank].cpus
@@ -476,7 +476,7 @@ def collect(registry: Registry, status: AcceleratorStatus, cluster: ClusterInfo)
 
 def render(report: Mapping[str, Any]) -> list[str]:
     """The plan as lines for ``info``."""
-    from .plugin.text import aligned
+    from ..cli.text import aligned
 
     ranks = report["local_world_size"]
     who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"

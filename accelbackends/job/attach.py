@@ -15,11 +15,11 @@ import os
 import warnings
 from typing import Any
 
-from .integrations._recognition import recognise
-from .plugin.errors import AccelBackendsWarning, InitError
-from .plugin.types import ClusterInfo, Context, Selection
-from .registry import Registry, default_registry
-from .selection import select
+from ..plugin.errors import AccelBackendsWarning, InitError
+from ..plugin.types import ClusterInfo, Context, Selection
+from ..registry.facade import Registry, default_registry
+from .recognise import recognise
+from .select import select
 
 __all__ = ["attach", "pg_backends"]
 

@@ -18,13 +18,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from . import affinity
-from .integrations import _environment, _recognition
-from .membership import __name__ as _membership_module
-from .membership import verify_group
-from .network import GLOO_INTERFACE, gloo_interface_for
-from .plugin import config
-from .plugin.errors import (
+from ..plugin import config
+from ..plugin.errors import (
     AccelBackendsError,
     ConfigError,
     InitError,
@@ -32,7 +27,7 @@ from .plugin.errors import (
     describe,
     first_line,
 )
-from .plugin.types import (
+from ..plugin.types import (
     BackendOptions,
     BindRequest,
     ClusterInfo,
@@ -40,16 +35,22 @@ from .plugin.types import (
     OptionsRequest,
     Selection,
 )
-from .registry import Registry, default_registry
-from .rendezvous import (
+from ..registry.facade import Registry, default_registry
+from ..rendezvous.membership import __name__ as _membership_module
+from ..rendezvous.membership import verify_group
+from ..rendezvous.network import GLOO_INTERFACE, gloo_interface_for
+from ..rendezvous.store import (
     DEFAULT_RENDEZVOUS_TIMEOUT,
     Rendezvous,
     host_early,
     meet,
     quiet_torch_logs,
 )
-from .rendezvous import __name__ as _rendezvous_module
-from .selection import select
+from ..rendezvous.store import __name__ as _rendezvous_module
+from . import affinity
+from . import environ as _environment
+from . import recognise as _recognition
+from .select import select
 from .undo import EnvironmentChanges
 
 __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_initialized"]

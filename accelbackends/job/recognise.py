@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from ..environments._common import read_int, read_port
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import ClusterInfo
-from ..registry import Registry
+from ..registry.facade import Registry
 
 __all__ = ["cluster_for_init", "lightning_child_cluster", "recognise"]
 

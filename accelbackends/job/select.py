@@ -10,10 +10,10 @@ accelerator supports.
 
 from __future__ import annotations
 
-from .plugin import config
-from .plugin.errors import PluginError, SelectionError
-from .plugin.types import AcceleratorStatus, Selection
-from .registry import Registry, default_registry
+from ..plugin import config
+from ..plugin.errors import PluginError, SelectionError
+from ..plugin.types import AcceleratorStatus, Selection
+from ..registry.facade import Registry, default_registry
 
 __all__ = ["Selection", "detect", "select"]
 

@@ -44,13 +44,13 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ..plugin.errors import ConfigError, SpawnError, describe
+from ..plugin.types import ClusterInfo
+from ..registry.guard import stuck
+from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
-from .integrations._environment import job_variables
-from .isolation import stuck
-from .network import GLOO_INTERFACE, interface_towards
-from .plugin.errors import ConfigError, SpawnError, describe
-from .plugin.types import ClusterInfo
-from .selection import select
+from .environ import job_variables
+from .select import select
 
 __all__ = ["spawn"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .plugin.hookspecs import hookimpl
-from .plugin.types import AcceleratorSpec, AcceleratorStatus, BackendOptions, Choice, ClusterInfo
+from ..plugin.hookspecs import hookimpl
+from ..plugin.types import AcceleratorSpec, AcceleratorStatus, BackendOptions, Choice, ClusterInfo
 
 
 @hookimpl(trylast=True)

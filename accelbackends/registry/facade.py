@@ -22,12 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from . import accelerators, environments
-from ._frames import caller_stacklevel, without_pluggy_frames
-from .isolation import Call, PluginTimeout, bounded, codes_of, failure
-from .plugin import _installed, config, hookspecs
-from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
-from .plugin.types import (
+from .. import accelerators, environments
+from ..plugin import _installed, config, hookspecs
+from ..plugin.errors import ConfigError, PluginError, PluginWarning, describe
+from ..plugin.types import (
     AcceleratorSpec,
     AcceleratorStatus,
     BackendOptions,
@@ -36,9 +34,11 @@ from .plugin.types import (
     Detection,
     Probe,
 )
+from .frames import caller_stacklevel, without_pluggy_frames
+from .guard import Call, PluginTimeout, bounded, codes_of, failure
 
 if TYPE_CHECKING:
-    from .plugin.types import Context
+    from ..plugin.types import Context
 
 __all__ = [
     "BUILTIN_PLUGINS",
@@ -56,7 +56,7 @@ BUILTIN_DISTRIBUTION = "accelbackends"
 #: then the cluster environments from the last asked to the first asked (pluggy calls later
 #: registrations first).
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
-    ("defaults", "accelbackends.defaults"),
+    ("defaults", "accelbackends.registry.defaults"),
     *accelerators.BUILTIN,
     *reversed(environments.BUILTIN),
 )
@@ -97,7 +97,7 @@ class PluginInfo:
 
 
 def _version() -> str:
-    from ._version import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -260,7 +260,7 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            # A third-party plugin's own code runs bounded, in a thread (accelbackends.isolation).
+            # A third-party plugin's own code runs bounded, in a thread (`guard`).
             plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
         except PluginTimeout as exc:
             self._fail(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from types import CodeType, FrameType
 from typing import Any, Generic, TypeVar
 
-from .plugin.errors import describe
+from ..plugin.errors import describe
 
 __all__ = ["Call", "PluginExit", "PluginTimeout", "bounded", "failure", "stuck"]
 

@@ -10,7 +10,7 @@ proof is exchanged over the initialised process group itself, before the first u
 The secret comes from ``ACCELBACKENDS_SECRET`` (a value, or the path of a file holding one), or
 else from a per-user file, created on first use with mode 0600 in the user's configuration
 directory; on a cluster the home directory is shared, so every node of a user's job finds the same
-file. ``ACCELBACKENDS_SECRET=off`` turns the check off. Reading it is `accelbackends.secret`'s
+file. ``ACCELBACKENDS_SECRET=off`` turns the check off. Reading it is `secret`'s
 part, re-exported here.
 
 Nothing here imports torch at import time; the store protocol imports it when it runs.
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .plugin import config
-from .plugin.errors import RendezvousError, first_line
+from ..plugin import config
+from ..plugin.errors import RendezvousError, first_line
 from .secret import OFF, SECRET, Secret, describe, load_secret, secret_source, user_secret_path
 
 __all__ = [

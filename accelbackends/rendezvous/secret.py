@@ -1,7 +1,7 @@
 """Where a job's secret comes from: ``ACCELBACKENDS_SECRET`` (a value, the path of a file
 holding one, or ``off``), else a per-user file created on first use with mode 0600.
 
-Kept apart from `accelbackends.membership` (the proof that uses the secret) so that ``info``,
+Kept apart from `membership` (the proof that uses the secret) so that ``info``,
 which only describes the source, does not import the proof's hashing, networking and logging.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .plugin import config
-from .plugin.errors import ConfigError
+from ..plugin import config
+from ..plugin.errors import ConfigError
 
 __all__ = [
     "OFF",

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
+from ..plugin.types import ClusterInfo
 from . import membership, network
 from .membership import Admission, Secret, load_secret
-from .plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
-from .plugin.types import ClusterInfo
 
 __all__ = [
     "DEFAULT_RENDEZVOUS_TIMEOUT",

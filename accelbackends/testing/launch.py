@@ -47,7 +47,7 @@ def launch_ranks(
 
     A rank still running after ``timeout`` seconds is killed (its return code is then negative).
     """
-    from ..rendezvous import host_loopback_store
+    from ..rendezvous.store import host_loopback_store
 
     store, port = host_loopback_store(nprocs, timeout)
     base = dict(os.environ if env is None else env)

@@ -40,7 +40,7 @@ from .stack import FakeStack
 from .tree import FakeTree
 
 if TYPE_CHECKING:
-    from ..registry import Registry
+    from ..registry.facade import Registry
 
 __all__ = [
     "ClusterFactory",
@@ -61,8 +61,8 @@ Plugins: TypeAlias = Mapping[str, object] | Iterable[tuple[str, object]]
 
 
 def _reset_accelbackends() -> None:
-    from ..lifecycle import destroy
-    from ..registry import reset
+    from ..job.lifecycle import destroy
+    from ..registry.facade import reset
 
     destroy()
     reset()
@@ -134,7 +134,7 @@ class RegistryFactory:
         plugins: Plugins = (),
         autoload: bool = False,
     ) -> Registry:
-        from ..registry import Registry
+        from ..registry.facade import Registry
 
         environment = dict(env or {})
         if not autoload:

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import pytest
 
-from accelbackends.network import connections_to
+from accelbackends.rendezvous.network import connections_to
 
 from .launchers import clean_env
 
@@ -79,7 +79,7 @@ def collect(*args, **kwargs):
         time.sleep(2 * cli_grace)  # longer than the watchdog's grace
         print("cleaned up", flush=True)
 
-from accelbackends._termination import GRACE_S as cli_grace
+from accelbackends.cli.sigterm import GRACE_S as cli_grace
 info.collect = collect
 sys.exit(cli.main(["info"]))
 """

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..plugin.types import Context
+    from ...plugin.types import Context
 
 __all__ = ["max_over_ranks"]
 

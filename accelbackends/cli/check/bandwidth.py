@@ -15,7 +15,7 @@ from .compat import gather_single, synchronize, torch_dtype
 from .sizes import format_size
 
 if TYPE_CHECKING:
-    from ..plugin.types import Context
+    from ...plugin.types import Context
 
 __all__ = [
     "AUTO_MAX_ITERS",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .compat import gather_single, torch_dtype
 
 if TYPE_CHECKING:
-    from ..plugin.types import Context
+    from ...plugin.types import Context
 
 __all__ = ["DTYPES", "LENGTHS", "Check", "Verifier", "checks", "tolerance_text"]
 

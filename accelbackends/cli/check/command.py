@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..plugin.errors import (
+from ...plugin.errors import (
     EXIT_FAILED,
     EXIT_OK,
     AccelBackendsError,
@@ -20,22 +20,22 @@ from ..plugin.errors import (
     SpawnError,
     first_line,
 )
-from ..plugin.text import plural, say
+from ..text import plural, say
 from .options import Options, check_memory, parse_options
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
 
 if TYPE_CHECKING:
-    from ..plugin.types import ClusterInfo, Selection
+    from ...plugin.types import ClusterInfo, Selection
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
     """``accelbackends check``; returns the exit code, raises errors for the CLI to report."""
-    from ..registry import default_registry
-    from ..selection import select
+    from ...job.select import select
+    from ...registry.facade import default_registry
 
     registry = default_registry()
     options = parse_options(args, registry.env)
@@ -65,13 +65,13 @@ def _default_nproc(selection: Selection) -> int:
 
 
 def _standalone(options: Options, selection: Selection, nproc: int) -> int:
-    from ..spawning import spawn
+    from ...job.spawn import spawn
 
     if not options.json:
         say(environment(selection, nproc, nproc, "spawn"))
     sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
     started = time.time()
-    from ..spawning import private_temp_file
+    from ...job.spawn import private_temp_file
 
     progress = private_temp_file("check", ".json")
     options = dataclasses.replace(options, progress=progress)
@@ -105,7 +105,7 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
 
 
 def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
-    from ..lifecycle import distributed
+    from ...job.lifecycle import distributed
 
     if cluster.rank == 0 and not options.json:
         say(environment(selection, cluster.world_size, cluster.local_world_size, cluster.launcher))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plugin.torchcompat import default_store  # only the heartbeat uses it
+from ...plugin.torchcompat import default_store  # only the heartbeat uses it
 
 __all__ = [
     "backend_library_version",
@@ -32,7 +32,7 @@ def backend_library_version(backend: str) -> str | None:
         except Exception:
             return None
         return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    from ..plugin.packages import installed
+    from ...plugin.packages import installed
 
     found = installed(*_BACKEND_DISTRIBUTIONS.get(backend, ()))
     return found.version if found else None

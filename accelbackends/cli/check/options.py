@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..plugin import config
-from ..plugin.errors import ConfigError
+from ...plugin import config
+from ...plugin.errors import ConfigError
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 

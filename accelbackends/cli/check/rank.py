@@ -6,8 +6,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..plugin.errors import first_line
-from ..plugin.text import plural
+from ...plugin.errors import first_line
+from ..text import plural
 from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
 from .correctness import run_checks
@@ -19,7 +19,7 @@ from .sweep import sweep
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..plugin.types import Context
+    from ...plugin.types import Context
     from .options import Options
 
 __all__ = ["run_rank"]

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..plugin.text import aligned, plural, rank_list, say
+from ..text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
 from .sizes import format_size
 
 if TYPE_CHECKING:
-    from ..plugin.types import Selection
+    from ...plugin.types import Selection
     from .results import Result
 
 __all__ = [

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plugin.text import rank_list
+from ..text import rank_list
 
 __all__ = ["Gathered", "Result", "merge"]
 

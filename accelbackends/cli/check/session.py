@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from ..plugin.errors import AccelBackendsError, describe
-from ..plugin.text import say
+from ...plugin.errors import AccelBackendsError, describe
+from ..text import say
 from .agree import max_over_ranks
 from .heartbeat import Heartbeat
 from .progress import Progress
@@ -23,7 +23,7 @@ from .results import Result, merge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..plugin.types import Context
+    from ...plugin.types import Context
     from .options import Options
 
 __all__ = [

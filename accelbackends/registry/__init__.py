@@ -1,0 +1,30 @@
+"""Floor 3, the registry: the plugins loaded, and the one typed facade through which the rest of
+accelbackends asks them anything.
+
+- `facade`: `Registry`, which loads the built-in and third-party plugins and is the only code
+  that calls ``pm.hook``; the process's default registry.
+- `guard`: running a plugin's code in a thread with a deadline, and the record of the calls
+  given up on.
+- `frames`: tracebacks and warnings that point at the user's and the plugin's code.
+- `defaults`: the host's own answers to the policy hooks, asked last.
+"""
+
+from __future__ import annotations
+
+from .facade import (
+    BUILTIN_PLUGINS,
+    ENTRY_POINT_GROUP,
+    PluginInfo,
+    Registry,
+    default_registry,
+    reset,
+)
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "PluginInfo",
+    "Registry",
+    "default_registry",
+    "reset",
+]

@@ -1,0 +1,10 @@
+"""Floor 2, the rendezvous: how the ranks of a job meet, on torch's store.
+
+- `store`: hosting and connecting the store with deadlines, the count-in of the ranks.
+- `membership`: the proof that every rank holds the job's secret.
+- `secret`: where that secret comes from (``info`` reads only this).
+- `network`: which interface reaches the rendezvous host, and whether a port is free.
+
+Nothing is imported here: ``info`` imports `secret` and `network` alone and must not pay for the
+store's or the proof's imports.
+"""
