@@ -16,7 +16,8 @@ __all__ = ["caller_stacklevel", "without_pluggy_frames"]
 
 _E = TypeVar("_E", bound=BaseException)
 _PLUGGY = os.path.dirname(os.path.abspath(pluggy.__file__)) + os.sep
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The package, not this folder: a warning names the first frame outside all of accelbackends.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def without_pluggy_frames(exc: _E) -> _E:
