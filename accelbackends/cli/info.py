@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ..job import affinity
+from ..job.recognise import recognise
 from ..job.select import select
 from ..plugin import config
 from ..plugin.errors import AccelBackendsError, ConfigError, first_line
@@ -105,7 +106,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
     cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
     found = None
     try:
-        found = registry.cluster_environment() if plugins_error is None else None
+        found = recognise(registry) if plugins_error is None else None
     except AccelBackendsError as exc:
         cluster["error"] = failed(exc)
     else:

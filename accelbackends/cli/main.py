@@ -258,11 +258,12 @@ def _json_failure(args: argparse.Namespace, exc: BaseException, message: str = "
     (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
     if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
         return
+    from ..job.recognise import recognise
     from ..registry.facade import default_registry
     from .check.report import failure_report, print_json
 
     try:
-        rank = default_registry().cluster_environment().rank
+        rank = recognise(default_registry()).rank
     except Exception:
         rank = 0  # the launcher variables are the problem: every rank says so
     if rank != 0:

@@ -30,7 +30,9 @@ variables are merely inherited. Launchers nest in practice like this:
    not one.
 9. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked before
    ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
-10. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 11. ``single`` — none of the
+10. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
+    without ``RANK``, a shape ``env`` would refuse.
+11. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 12. ``single`` — none of the
     above.
 """
 
@@ -46,6 +48,7 @@ BUILTIN: tuple[tuple[str, str], ...] = (
     ("pmix", "accelbackends.environments.pmix"),
     ("slurm", "accelbackends.environments.slurm"),
     ("kubeflow", "accelbackends.environments.kubeflow"),
+    ("lightning", "accelbackends.environments.lightning"),
     ("env", "accelbackends.environments.env"),
     ("single", "accelbackends.environments.single"),
 )

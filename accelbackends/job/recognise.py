@@ -1,80 +1,28 @@
-"""Which job this process belongs to, as `accelbackends.init` and
-`accelbackends.attach` recognise it: accelbackends' launcher plugins, and the processes
-Lightning starts itself, which no launcher plugin claims (they carry no `RANK`)."""
+"""Which job this process belongs to: the one answer that `accelbackends.init`,
+`accelbackends.attach`, ``accelbackends info`` and ``accelbackends check`` all take.
+
+It is the first answer of the cluster-environment plugins (third-party ones first, then the
+built-in launchers, Lightning's own child processes among them: `accelbackends.environments`),
+asked through the registry; nothing else in accelbackends asks them. ``init()`` adds one
+refusal of its own (`cluster_for_init`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ..environments._common import read_int, read_port
-from ..plugin.errors import ConfigError, InitError
+from ..plugin.errors import InitError
 from ..plugin.types import ClusterInfo
 from ..registry.facade import Registry
 
-__all__ = ["cluster_for_init", "lightning_child_cluster", "recognise"]
-
-
-def lightning_child_cluster(env: Mapping[str, str]) -> ClusterInfo | None:
-    """The job as Lightning describes it to the processes it starts itself (`python train.py`
-    with `devices=N`): `LOCAL_RANK`, `WORLD_SIZE`, `NODE_RANK` and `MASTER_ADDR/PORT`,
-    but no `RANK` and no `LOCAL_WORLD_SIZE`. None when `env` does not have that shape.
-
-    The global rank is Lightning's own rule, `NODE_RANK * ranks per node + LOCAL_RANK`, with
-    every node holding `WORLD_SIZE / nodes` ranks; the node count is not in the environment,
-    so a multi-node job needs `LOCAL_WORLD_SIZE` (or `num_nodes` through
-    `accelbackends.integrations.lightning.AccelBackendsEnvironment`).
-    """
-    if "RANK" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
-        return None
-    world_size = read_int(env, "WORLD_SIZE")
-    local_rank = read_int(env, "LOCAL_RANK")
-    node_rank = read_int(env, "NODE_RANK") if "NODE_RANK" in env else 0
-    sources = {
-        "world_size": "WORLD_SIZE",
-        "local_rank": "LOCAL_RANK",
-        "node_rank": "NODE_RANK" if "NODE_RANK" in env else "default 0 (no NODE_RANK)",
-    }
-    if "LOCAL_WORLD_SIZE" in env:
-        per_node, sources["local_world_size"] = (
-            read_int(env, "LOCAL_WORLD_SIZE"),
-            "LOCAL_WORLD_SIZE",
-        )
-    elif node_rank == 0:
-        # Node 0 of an unknown number of nodes: the rank is right whatever the node count.
-        per_node, sources["local_world_size"] = world_size, "WORLD_SIZE (no LOCAL_WORLD_SIZE)"
-    else:
-        raise ConfigError(
-            f"this process looks like one Lightning started (LOCAL_RANK={local_rank}, "
-            f"WORLD_SIZE={world_size}, NODE_RANK={node_rank}, no RANK), but its global rank "
-            "cannot be known without the number of ranks per node; set LOCAL_WORLD_SIZE, or use "
-            "accelbackends.integrations.lightning.AccelBackendsEnvironment, to which Lightning "
-            "hands the ranks itself"
-        )
-    sources["rank"] = "NODE_RANK * local world size + LOCAL_RANK"
-    master_port = read_port(env, "MASTER_PORT") if env.get("MASTER_PORT") else None
-    return ClusterInfo(
-        launcher="lightning",
-        rank=node_rank * per_node + local_rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        local_world_size=per_node,
-        node_rank=node_rank,
-        master_addr=env.get("MASTER_ADDR") or None,
-        master_port=master_port,
-        sources={**sources, "master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"},
-    )
+__all__ = ["cluster_for_init", "recognise"]
 
 
 def recognise(registry: Registry) -> ClusterInfo:
-    """The launcher's view of this process: accelbackends' recognition, or Lightning's child
-    processes, which no launcher plugin claims."""
-    try:
-        return registry.cluster_environment()
-    except ConfigError:
-        child = lightning_child_cluster(registry.env)
-        if child is None:
-            raise
-        return child
+    """The launcher's view of this process (``single`` when no launcher started it).
+
+    Raises:
+        ConfigError: A launcher's variables are there but wrong or incomplete.
+        PluginError: A cluster-environment plugin failed or answered nonsense.
+    """
+    return registry.cluster_environment()
 
 
 def cluster_for_init(registry: Registry) -> ClusterInfo:

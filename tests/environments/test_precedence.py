@@ -116,6 +116,11 @@ PRECEDENCE = {
         6,
     ),
     "PyTorchJob's RANK/WORLD_SIZE: Kubeflow, not env": (PYTORCHJOB_WORKER, "kubeflow", 2),
+    "a process Lightning started in an salloc shell: Lightning, not env": (
+        {**SALLOC_SHELL, "LOCAL_RANK": "1", "WORLD_SIZE": "2"},
+        "lightning",
+        1,
+    ),
     "plain python in an salloc shell with env://: env": (
         {**SALLOC_SHELL, "RANK": "0", "WORLD_SIZE": "1"},
         "env",
@@ -143,6 +148,7 @@ def test_builtin_environments_are_asked_in_the_documented_order() -> None:
         "pmix",
         "slurm",
         "kubeflow",
+        "lightning",
         "env",
         "single",
     ]

@@ -34,6 +34,7 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace) -> int:
     """``accelbackends check``; returns the exit code, raises errors for the CLI to report."""
+    from ...job.recognise import recognise
     from ...job.select import select
     from ...registry.facade import default_registry
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     # The whole selection is validated here, before any rank starts: a wrong override is exit 2
     # with one line, not one traceback per rank.
     selection = select(registry=registry)
-    cluster = registry.cluster_environment()
+    cluster = recognise(registry)
     device_type = selection.spec.device_type
     if cluster.launcher != "single":
         if args.nproc is not None:
