@@ -1,10 +1,16 @@
-"""The layering rule: no import cycle in the package, and the plugin layer is the bottom floor.
+"""The layering rule: floors as folders, no import cycle, the plugin layer is the bottom floor.
 
 Read from the source (AST), so imports under ``TYPE_CHECKING`` and inside functions count as
 much as the ones at the top of a module: a cycle hidden in a function is still a cycle a reader
-has to untangle. ``python tests/test_layers.py`` prints the same findings for a human.
+has to untangle. ``python tests/test_layers.py`` prints the same findings for a human, with the
+figures of the layout: the longest import chain, the loops between folders, the reaches into
+another package's private modules.
 
 - No import cycle among the modules of ``accelbackends/``.
+- Every folder of ``accelbackends/`` stands on a floor (`FLOORS`) and imports only from floors
+  below its own: plugin < built-in plugins and rendezvous < registry < job < the faces
+  (integrations, cli, the package's own ``__init__``) < testing. Nothing imports up or sideways.
+- No module imports another folder's ``_private`` module.
 - ``accelbackends/plugin/`` imports nothing else from accelbackends.
 - The built-in plugins (``accelerators/``, ``environments/``) and every package under
   ``plugins/`` reach accelbackends only through ``accelbackends.plugin``: they are written
@@ -24,6 +30,23 @@ PACKAGE = "accelbackends"
 PLUGIN_LAYER = f"{PACKAGE}.plugin"
 #: Packages of the core whose modules must be written like a third-party plugin.
 PLUGIN_LIKE = (f"{PACKAGE}.accelerators", f"{PACKAGE}.environments")
+#: Each folder (or top-level module) of the package and its floor: a module imports only from
+#: its own folder and from lower floors. ``""`` is the package's ``__init__``, the Python API's
+#: face (lazy re-exports of the job and the registry). docs/architecture.md describes each floor.
+FLOORS: dict[str, int] = {
+    "plugin": 1,
+    "_version": 1,
+    "accelerators": 2,
+    "environments": 2,
+    "rendezvous": 2,
+    "registry": 3,
+    "job": 4,
+    "": 5,
+    "integrations": 5,
+    "cli": 5,
+    "__main__": 6,
+    "testing": 6,
+}
 
 
 def _modules(source_root: Path, top: str) -> dict[str, Path]:
@@ -172,6 +195,128 @@ def upward_imports() -> list[str]:
     return found
 
 
+def folder(module: str) -> str:
+    """The folder (or top-level module) of the package that ``module`` is in; ``""`` for the
+    package's own ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _private(module: str) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split(".")[2:])
+
+
+def floor_breaks(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between folders that do not go down a floor, as ``module imports target``."""
+    found = []
+    for module in sorted(graph):
+        home = folder(module)
+        if home not in FLOORS:
+            found.append(f"{module} is in {home!r}, which stands on no floor (add it to FLOORS)")
+            continue
+        for target in sorted(graph[module]):
+            there = folder(target)
+            if there == home:
+                continue
+            if there not in FLOORS:
+                found.append(f"{module} imports {target}, which stands on no floor")
+            elif FLOORS[there] >= FLOORS[home]:
+                way = "up" if FLOORS[there] > FLOORS[home] else "sideways"
+                found.append(
+                    f"{module} (floor {FLOORS[home]}) imports {target} (floor {FLOORS[there]}): "
+                    f"{way} a floor"
+                )
+    return found
+
+
+def private_reaches(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of another folder's ``_private`` module, as ``module imports target``."""
+    return [
+        f"{module} imports {target}"
+        for module in sorted(graph)
+        for target in sorted(graph[module])
+        if _private(target) and folder(target) != folder(module)
+    ]
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports, a loop counted as one step (its first member stands in)."""
+    component_of: dict[str, str] = {}
+    for component in cycles(graph):
+        for member in component:
+            component_of[member] = component[0]
+    condensed: dict[str, set[str]] = {}
+    for node, targets in graph.items():
+        here = component_of.get(node, node)
+        condensed.setdefault(here, set()).update(
+            component_of.get(t, t) for t in targets if component_of.get(t, t) != here
+        )
+    best: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in best:
+            below = [chain(t) for t in sorted(condensed.get(node, ()))]
+            best[node] = [node, *max(below, key=len, default=[])]
+        return best[node]
+
+    return max((chain(node) for node in sorted(condensed)), key=len, default=[])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder → the folders its modules import."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(folder(module) or PACKAGE, set()).update(
+            folder(t) or PACKAGE for t in targets if folder(t) != folder(module)
+        )
+    return folders
+
+
+def figures() -> dict[str, object]:
+    """The layout's figures: the longest import chain (modules and folders), the loops between
+    folders, the reaches into private modules, the imports that break the floor rule."""
+    graph = import_graph()
+    folders = folder_graph(graph)
+    return {
+        "modules": len(graph),
+        "top-level modules and folders": len(folders),
+        "longest import chain (modules)": _longest_chain(graph),
+        "longest import chain (folders)": _longest_chain(folders),
+        "folder-level loops": [" -> ".join(_example_cycle(folders, c)) for c in cycles(folders)],
+        "private reaches": private_reaches(graph),
+        "floor breaks": floor_breaks(graph),
+    }
+
+
+def test_every_import_between_folders_goes_down_a_floor() -> None:
+    assert floor_breaks(import_graph()) == []
+
+
+def test_no_module_imports_another_folders_private_module() -> None:
+    assert private_reaches(import_graph()) == []
+
+
+def test_no_loop_between_folders() -> None:
+    assert cycles(folder_graph(import_graph())) == []
+
+
+def test_floor_checker_finds_an_import_up_and_a_private_reach() -> None:
+    graph = {
+        f"{PACKAGE}.job.lifecycle": {f"{PACKAGE}.cli.text", f"{PACKAGE}.environments._common"},
+        f"{PACKAGE}.cli.text": set(),
+        f"{PACKAGE}.environments._common": set(),
+        f"{PACKAGE}.stray": set(),
+    }
+    assert floor_breaks(graph) == [
+        f"{PACKAGE}.job.lifecycle (floor 4) imports {PACKAGE}.cli.text (floor 5): up a floor",
+        f"{PACKAGE}.stray is in 'stray', which stands on no floor (add it to FLOORS)",
+    ]
+    assert private_reaches(graph) == [
+        f"{PACKAGE}.job.lifecycle imports {PACKAGE}.environments._common"
+    ]
+    assert _longest_chain(graph) == [f"{PACKAGE}.job.lifecycle", f"{PACKAGE}.cli.text"]
+
+
 def test_no_module_of_the_package_is_part_of_an_import_cycle() -> None:
     assert cycle_report() == []
 
@@ -237,4 +382,13 @@ if __name__ == "__main__":
     print(f"imports that bypass {PLUGIN_LAYER}: {len(upward)}")
     for line in upward:
         print("  " + line)
-    sys.exit(1 if cycle_lines or upward else 0)
+    found = figures()
+    for name, value in found.items():
+        if isinstance(value, list):
+            print(f"{name}: {len(value)}")
+            for line in value:
+                print(f"  {line}")
+        else:
+            print(f"{name}: {value}")
+    broken = found["folder-level loops"] or found["private reaches"] or found["floor breaks"]
+    sys.exit(1 if cycle_lines or upward or broken else 0)
