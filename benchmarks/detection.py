@@ -11,7 +11,7 @@ Goals: ``info --json`` and ``select()`` at most 6x ``python -c pass`` and at lea
 than ``accelerate env``; info >= 10x faster than import torch, peak memory <= 1/5 of it.
 Before measuring, the package is byte-compiled and ``info`` runs once: an installed wheel has
 its ``.pyc`` files, and the first start after an install fills the installed-package cache
-(`accelbackends.plugin._installed`) that every later start reads.
+(`accelbackends.plugin.installed`) that every later start reads.
 
 Usage: ``python -m benchmarks detection [--repeats 7] [--no-peers] [--quick]``.
 """

@@ -17,7 +17,7 @@ import pytest
 
 import accelbackends
 from accelbackends import accelerators
-from accelbackends.plugin import _installed
+from accelbackends.plugin import installed as _installed
 from accelbackends.registry import facade as _registry
 from accelbackends.registry import guard as isolation
 from accelbackends.testing import cluster as kit_cluster

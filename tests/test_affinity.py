@@ -336,7 +336,7 @@ def test_info_section_shows_device_numa_node_and_cpus_per_local_rank(tmp_path: P
         "cpu_count": 4,
         "locality": "0000:1c:00.0",
     }
-    text = "\n".join(affinity.render(report))
+    text = "\n".join(info.render_affinity(report))
     assert f"cpu affinity: off ({CPU_AFFINITY}=on would pin 8 local ranks of cuda" in text
     assert "5           cuda:5  1          10-11,26-27 (4)" in text
 
@@ -346,7 +346,7 @@ def test_info_says_when_devices_report_no_locality(tmp_path: Path) -> None:
     registry = accelbackends.Registry(env={CPU_AFFINITY: "numa"}, root=tree.root)
     report = affinity.collect(registry, status_of(cuda.SPEC, 2), ClusterInfo(launcher="single"))
     assert report["applied"]
-    text = "\n".join(affinity.render(report))
+    text = "\n".join(info.render_affinity(report))
     assert "note: the cuda devices report no locality" in text
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelbackends.plugin import _installed
+from accelbackends.plugin import installed as _installed
 from accelbackends.testing import cluster as kit_cluster
 from accelbackends.testing.plugins import install_distribution
 
@@ -83,7 +83,7 @@ _INFO = "from accelbackends.cli.main import main; main({argv!r})"
 _SELECT = "import accelbackends; accelbackends.select()"
 #: A child that writes the cache whatever the age of the directories it stamps (a test's
 #: directories are seconds old; the settle rule is tested on its own below).
-_WARM = "from accelbackends.plugin import _installed; _installed.SETTLE_SECONDS = -1e9\n"
+_WARM = "from accelbackends.plugin import installed; installed.SETTLE_SECONDS = -1e9\n"
 
 
 def _forbidden(modules: list[str]) -> dict[str, str]:

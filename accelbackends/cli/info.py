@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ..job import affinity
@@ -21,9 +22,9 @@ from ..plugin.errors import AccelBackendsError, ConfigError, first_line
 from ..plugin.packages import installed
 from ..registry.facade import Registry
 from ..rendezvous import secret
-from .text import aligned, wrap
+from .text import aligned, plural, wrap
 
-__all__ = ["collect", "render", "render_bug_report"]
+__all__ = ["collect", "render", "render_affinity", "render_bug_report"]
 
 _CLUSTER_KEYS = (
     "rank",
@@ -258,7 +259,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         lines += aligned(rows, "  ", width)
     lines.append("")
     if "mode" in report["cpu_affinity"]:
-        lines += [*affinity.render(report["cpu_affinity"]), ""]
+        lines += [*render_affinity(report["cpu_affinity"]), ""]
     else:
         why = report["cpu_affinity"]["error"]
         lines += [f"cpu affinity: {'error: ' if why in report['errors'] else ''}{why}", ""]
@@ -305,7 +306,7 @@ def _note(message: str | None) -> str:
 def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
     """``info --report``: one Markdown block to paste into a bug report: versions, platform,
     how the command was run, the launcher variables it saw, and the whole report."""
-    from ..testing.cluster import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
+    from ..environments.variables import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES
 
     launcher = {
         key: config.shown(value)[1:-1]
@@ -333,3 +334,40 @@ def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
         "```",
     ]
     return "\n".join(lines)
+
+
+def render_affinity(report: Mapping[str, Any]) -> list[str]:
+    """The CPU affinity plan (`affinity.collect`) as lines for ``info``."""
+    ranks = report["local_world_size"]
+    who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"
+    if report["applied"]:
+        head = f"cpu affinity: {report['mode']} ({affinity.CPU_AFFINITY}), {who}:"
+    else:
+        head = f"cpu affinity: off ({affinity.CPU_AFFINITY}=on would pin {who} like this):"
+    lines = [head]
+    if report["error"]:
+        return [*lines, f"  {report['error']}"]
+    nodes = report["numa_nodes"]
+    lines.append(
+        f"  allowed CPUs {report['allowed']} (from {report['allowed_from']}); "
+        f"SMT {'on' if report['smt'] else 'off'}; "
+        + (
+            "NUMA " + ", ".join(f"{n}: {cpus}" for n, cpus in nodes.items())
+            if nodes
+            else "no NUMA nodes shown"
+        )
+    )
+    rows = [["local rank", "device", "numa node", "cpus", "locality"]]
+    rows += [
+        [
+            str(r["local_rank"]),
+            r["device"],
+            "-" if r["numa_node"] is None else str(r["numa_node"]),
+            f"{r['cpus']} ({r['cpu_count']})",
+            r["locality"],
+        ]
+        for r in report["ranks"]
+    ]
+    lines += aligned(rows, "  ")
+    lines += [f"  note: {note}" for note in report["notes"]]
+    return lines

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cli.text import plural
 from ..plugin import config, sysfs
 from ..plugin.errors import AccelBackendsWarning, ConfigError, describe
 from ..plugin.locality import format_cpulist, parse_cpulist
+from ..plugin.text import plural
+from ..plugin.threads import intra_op_threads
 from ..plugin.types import AcceleratorStatus, BindRequest, ClusterInfo, Locality, Probe
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ __all__ = [
     "plan_for",
     "pinned",
     "read_topology",
-    "render",
     "resolve_mode",
     "split",
 ]
@@ -401,8 +401,6 @@ def pinned(
         )
     import torch
 
-    from ..accelerators.cpu import intra_op_threads
-
     result = plan_for(registry, status, cluster.local_world_size, mode)
     cpus = result.ranks[cluster.local_rank].cpus
     for note in result.notes:
@@ -472,42 +470,3 @@ def collect(registry: Registry, status: AcceleratorStatus, cluster: ClusterInfo)
         notes=list(result.notes),
     )
     return report
-
-
-def render(report: Mapping[str, Any]) -> list[str]:
-    """The plan as lines for ``info``."""
-    from ..cli.text import aligned
-
-    ranks = report["local_world_size"]
-    who = f"{ranks} local {plural(ranks, 'rank')} of {report['accelerator']}"
-    if report["applied"]:
-        head = f"cpu affinity: {report['mode']} ({CPU_AFFINITY}), {who}:"
-    else:
-        head = f"cpu affinity: off ({CPU_AFFINITY}=on would pin {who} like this):"
-    lines = [head]
-    if report["error"]:
-        return [*lines, f"  {report['error']}"]
-    nodes = report["numa_nodes"]
-    lines.append(
-        f"  allowed CPUs {report['allowed']} (from {report['allowed_from']}); "
-        f"SMT {'on' if report['smt'] else 'off'}; "
-        + (
-            "NUMA " + ", ".join(f"{n}: {cpus}" for n, cpus in nodes.items())
-            if nodes
-            else "no NUMA nodes shown"
-        )
-    )
-    rows = [["local rank", "device", "numa node", "cpus", "locality"]]
-    rows += [
-        [
-            str(r["local_rank"]),
-            r["device"],
-            "-" if r["numa_node"] is None else str(r["numa_node"]),
-            f"{r['cpus']} ({r['cpu_count']})",
-            r["locality"],
-        ]
-        for r in report["ranks"]
-    ]
-    lines += aligned(rows, "  ")
-    lines += [f"  note: {note}" for note in report["notes"]]
-    return lines

@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any
 
+from ..environments.variables import env_variables
 from ..plugin.errors import InitError
 
 __all__ = ["DEEPSPEED_ACCELERATORS", "export", "job_variables", "restore"]
@@ -30,12 +31,9 @@ _exported_for: list[Any] = []  # the context export() last ran for, until restor
 
 def job_variables(context: Any) -> dict[str, str]:
     """The `env://` variables that describe `context`'s place in the job."""
-    return {
-        "RANK": str(context.rank),
-        "WORLD_SIZE": str(context.world_size),
-        "LOCAL_RANK": str(context.local_rank),
-        "LOCAL_WORLD_SIZE": str(context.local_world_size),
-    }
+    return env_variables(
+        context.rank, context.world_size, context.local_rank, context.local_world_size
+    )
 
 
 def _framework_variables(context: Any) -> dict[str, str]:

@@ -10,16 +10,18 @@ imports torch at import time.
 
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
 `types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `options`, `config`
-(the ``ACCELBACKENDS_*`` variables and their strict parsing) and `text` are public: within a
-major version they are neither removed nor changed incompatibly (new optional fields and
-parameters may appear, with defaults). A removal is announced one minor release ahead with a
+(the ``ACCELBACKENDS_*`` variables and their strict parsing), `text` and `threads` are public:
+within a major version they are neither removed nor changed incompatibly (new optional fields
+and parameters may appear, with defaults). A removal is announced one minor release ahead with a
 ``DeprecationWarning``. Names starting with ``_`` are private. `torchcompat` follows torch: its
-functions stay, but what they return is whatever the installed torch keeps there.
+functions stay, but what they return is whatever the installed torch keeps there. `installed`
+(the cached reader of entry points and distributions that `packages` and the registry share)
+is the host's, not under the promise.
 """
 
 from __future__ import annotations
 
-from . import config, devices, locality, options, packages, sysfs, text, torchcompat
+from . import config, devices, locality, options, packages, sysfs, text, threads, torchcompat
 from .errors import (
     AccelBackendsError,
     AccelBackendsWarning,
@@ -83,5 +85,6 @@ __all__ = [
     "plain_options",
     "sysfs",
     "text",
+    "threads",
     "torchcompat",
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _installed
+from . import installed as _installed
 
 if TYPE_CHECKING:
     from importlib import metadata

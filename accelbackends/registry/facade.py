@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from .. import accelerators, environments
-from ..plugin import _installed, config, hookspecs
+from ..plugin import config, hookspecs, installed
 from ..plugin.errors import ConfigError, PluginError, PluginWarning, describe
 from ..plugin.types import (
     AcceleratorSpec,
@@ -521,15 +521,15 @@ def _culprit(hook: Any, exc: BaseException) -> str | None:
     return culprit
 
 
-def _entry_points() -> list[_installed.EntryPoint]:
-    return list(_installed.entry_points(ENTRY_POINT_GROUP))
+def _entry_points() -> list[installed.EntryPoint]:
+    return list(installed.entry_points(ENTRY_POINT_GROUP))
 
 
-def _dist_name(ep: _installed.EntryPoint) -> str:
+def _dist_name(ep: installed.EntryPoint) -> str:
     return ep.distribution
 
 
-def _dist_version(ep: _installed.EntryPoint) -> str:
+def _dist_version(ep: installed.EntryPoint) -> str:
     return ep.version
 
 

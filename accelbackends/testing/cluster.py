@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..plugin import config
+from ..environments.variables import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES, env_variables
 
 __all__ = [
     "LAUNCHERS",
@@ -26,39 +26,6 @@ __all__ = [
     "clean_environment",
     "launcher_env",
 ]
-
-#: Prefixes of variables that make a process look started by a launcher, or that configure
-#: accelbackends itself.
-LAUNCHER_PREFIXES: tuple[str, ...] = (
-    config.PREFIX,
-    "TORCHELASTIC_",
-    "SLURM_",
-    "OMPI_",
-    "PMI_",
-    "PMIX_",
-    "PALS_",
-    "JSM_",
-    "LSB_",
-    "PET_",
-    "MV2_",
-)
-#: Launcher variables without a launcher-specific prefix.
-LAUNCHER_VARIABLES: tuple[str, ...] = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS",
-    # Where the openmpi plugin finds rank 0's host on AzureML and SageMaker.
-    "AZ_BATCH_MASTER_NODE",
-    "AZ_BATCHAI_MPI_MASTER_NODE",
-    "SM_HOSTS",
-)
 
 
 def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -73,10 +40,7 @@ def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
 def _torchrun(job: _Job) -> dict[str, str]:
     return {
         "TORCHELASTIC_RUN_ID": job.job_id,
-        "RANK": str(job.rank),
-        "WORLD_SIZE": str(job.world_size),
-        "LOCAL_RANK": str(job.local_rank),
-        "LOCAL_WORLD_SIZE": str(job.local_world_size),
+        **job.env_variables(),
         "GROUP_RANK": str(job.node_rank),
         "MASTER_ADDR": job.master_addr or "127.0.0.1",
         "MASTER_PORT": str(job.master_port),
@@ -84,13 +48,7 @@ def _torchrun(job: _Job) -> dict[str, str]:
 
 
 def _env(job: _Job) -> dict[str, str]:
-    return {
-        "RANK": str(job.rank),
-        "WORLD_SIZE": str(job.world_size),
-        "LOCAL_RANK": str(job.local_rank),
-        "LOCAL_WORLD_SIZE": str(job.local_world_size),
-        **job.rendezvous(),
-    }
+    return {**job.env_variables(), **job.rendezvous()}
 
 
 def _slurm(job: _Job) -> dict[str, str]:
@@ -167,6 +125,9 @@ class _Job:
         self.master_addr = master_addr
         self.master_port = 29500 if master_port is None else master_port
         self.job_id = job_id
+
+    def env_variables(self) -> dict[str, str]:
+        return env_variables(self.rank, self.world_size, self.local_rank, self.local_world_size)
 
     def rendezvous(self) -> dict[str, str]:
         """``MASTER_ADDR``/``MASTER_PORT`` where the caller gave an address (a user-set one)."""
