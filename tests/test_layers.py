@@ -282,7 +282,10 @@ def figures() -> dict[str, object]:
         "top-level modules and folders": len(folders),
         "longest import chain (modules)": _longest_chain(graph),
         "longest import chain (folders)": _longest_chain(folders),
-        "folder-level loops": [" -> ".join(_example_cycle(folders, c)) for c in cycles(folders)],
+        "folder-level loops": [
+            f"{', '.join(c)} (e.g. {' -> '.join(_example_cycle(folders, c))})"
+            for c in cycles(folders)
+        ],
         "private reaches": private_reaches(graph),
         "floor breaks": floor_breaks(graph),
     }

@@ -1,8 +1,23 @@
 """``init()``, ``destroy()`` and ``distributed()``: the full path from detection to a process group.
 
-detect → select → recognise the cluster environment → deep check → bind the device → backend
-options (accelerator, then the options hook) → rendezvous with a join timeout →
-``init_process_group`` with an explicit backend string and timeout → seed → post-init hook.
+The steps of ``init()``, in the order the code runs them (each marked ``# step: name`` below;
+docs/img/lifecycle.dot draws the same names, and tests/test_lifecycle_steps.py holds the three
+together):
+
+1. ``recognise``: which job this is, from the launcher (`accelbackends.job.recognise`).
+2. ``host``: rank 0 starts the rendezvous store early, while the slow steps run.
+3. ``select``: detect every accelerator and choose one, with its backend and why.
+4. ``pin``: CPU and NUMA affinity for this local rank, when asked for.
+5. ``confirm``: the accelerator's deep check, through torch.
+6. ``bind``: this rank's device.
+7. ``options``: the backend options (the accelerator's, then the options hook).
+8. ``rendezvous``: every rank joins within the join timeout and proves it holds the secret.
+9. ``init_process_group``: with an explicit backend string and timeout.
+10. ``verify``: every rank is in the group (the membership proof over the group, or a barrier).
+11. ``seed``: Python, NumPy and torch, when asked for.
+12. ``export``: the variables the frameworks read, checked against the group.
+13. ``post_init``: the post-init hook.
+
 Any failure on the way tears down what was built: no half-initialised process group remains.
 """
 
@@ -177,6 +192,7 @@ def init(
             cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
 
+    # step: recognise
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
 
@@ -195,10 +211,13 @@ def init(
     with contextlib.ExitStack() as steps:
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
+        # step: host
         server = _Held(host_early(cluster, join_s))  # before the slow part
         steps.callback(server.release)
         steps.push(_forget_stores_in_traceback)
+        # step: select
         selection = select(accelerator, backend, registry=registry)
+        # step: pin
         with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
             return _initialise(
                 registry,
@@ -293,6 +312,7 @@ def _initialise(
 
     cpu_affinity, cpus = pinned
     status, spec = selection.status, selection.spec
+    # step: confirm
     if spec.confirm is not None:
         disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
         if disagreement:
@@ -300,6 +320,7 @@ def _initialise(
                 f"accelerator {spec.name!r} was detected ({status.detection.reason}), "
                 f"but torch disagrees: {disagreement}"
             )
+    # step: bind
     request = BindRequest(
         cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads, cpus
     )
@@ -309,6 +330,7 @@ def _initialise(
         spec.bind,
         request,
     )
+    # step: options
     timeout = timedelta(seconds=timeout_s)
     if spec.backend_options is not None:
         options = _plugin_call(
@@ -333,6 +355,7 @@ def _initialise(
     if interface is not None:
         os.environ[GLOO_INTERFACE] = interface
 
+    # step: rendezvous
     _generation += 1
     rendezvous = meet(
         cluster,
@@ -346,6 +369,7 @@ def _initialise(
     extra: dict[str, Any] = {}
     if options.device_id is not None:
         extra["device_id"] = options.device_id
+    # step: init_process_group
     try:
         dist.init_process_group(
             backend=options.backend,
@@ -362,6 +386,7 @@ def _initialise(
             f"{cluster.rank}: {first_line(exc)}"
         ) from exc
     steps.callback(_destroy_process_group)
+    # step: verify
     verified = False
     if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
         # Before the first user collective: a process that slipped into the collectives by
@@ -377,6 +402,7 @@ def _initialise(
         )
     if not verified:
         _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
+    # step: seed
     if seed is not None:
         _seed(seed + (cluster.rank if seed_per_rank else 0))
     context = Context(
@@ -403,9 +429,11 @@ def _initialise(
         cpu_affinity=cpu_affinity,
         cpus=cpus,
     )
+    # step: export
     steps.callback(_environment.restore)
     _environment.export(context)  # fails if the environment describes another job
     _state = _State(context, rendezvous, steps.pop_all())
+    # step: post_init
     try:
         registry.post_init(context)
     except BaseException:
