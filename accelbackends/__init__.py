@@ -11,132 +11,109 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from .job.attach import attach
-    from .job.lifecycle import destroy, distributed, init, is_initialized
-    from .job.select import detect, select
-    from .job.spawn import spawn
+    # ``name as name``: an explicit re-export for type checkers, which cannot read ``__all__``
+    # when it is computed from the table below. One statement per module (isort would split).
+    # isort: off
+    from .job.attach import (
+        attach as attach,
+    )
+    from .job.lifecycle import (
+        destroy as destroy,
+        distributed as distributed,
+        init as init,
+        is_initialized as is_initialized,
+    )
+    from .job.select import (
+        detect as detect,
+        select as select,
+    )
+    from .job.spawn import (
+        spawn as spawn,
+    )
     from .plugin.errors import (
-        AccelBackendsError,
-        AccelBackendsWarning,
-        ConfigError,
-        InitError,
-        PluginError,
-        PluginWarning,
-        RendezvousError,
-        RendezvousWarning,
-        SelectionError,
-        SpawnError,
+        AccelBackendsError as AccelBackendsError,
+        AccelBackendsWarning as AccelBackendsWarning,
+        ConfigError as ConfigError,
+        InitError as InitError,
+        PluginError as PluginError,
+        PluginWarning as PluginWarning,
+        RendezvousError as RendezvousError,
+        RendezvousWarning as RendezvousWarning,
+        SelectionError as SelectionError,
+        SpawnError as SpawnError,
     )
-    from .plugin.hookspecs import hookimpl
+    from .plugin.hookspecs import (
+        hookimpl as hookimpl,
+    )
     from .plugin.types import (
-        AcceleratorSpec,
-        AcceleratorStatus,
-        BackendOptions,
-        BindRequest,
-        Choice,
-        ClusterInfo,
-        Context,
-        Detection,
-        Locality,
-        OptionsRequest,
-        Probe,
-        Selection,
+        AcceleratorSpec as AcceleratorSpec,
+        AcceleratorStatus as AcceleratorStatus,
+        BackendOptions as BackendOptions,
+        BindRequest as BindRequest,
+        Choice as Choice,
+        ClusterInfo as ClusterInfo,
+        Context as Context,
+        Detection as Detection,
+        Locality as Locality,
+        OptionsRequest as OptionsRequest,
+        Probe as Probe,
+        Selection as Selection,
     )
-    from .registry.facade import PluginInfo, Registry, default_registry, reset
+    from .registry.facade import (
+        PluginInfo as PluginInfo,
+        Registry as Registry,
+        default_registry as default_registry,
+        reset as reset,
+    )
+    # isort: on
 
-_EXPORTS = {
-    "hookimpl": "plugin.hookspecs",
-    "detect": "job.select",
-    "select": "job.select",
-    "attach": "job.attach",
-    "init": "job.lifecycle",
-    "destroy": "job.lifecycle",
-    "distributed": "job.lifecycle",
-    "is_initialized": "job.lifecycle",
-    "spawn": "job.spawn",
-    "Registry": "registry.facade",
-    "PluginInfo": "registry.facade",
-    "default_registry": "registry.facade",
-    "reset": "registry.facade",
-    **dict.fromkeys(
-        (
-            "AcceleratorSpec",
-            "AcceleratorStatus",
-            "BackendOptions",
-            "BindRequest",
-            "Choice",
-            "ClusterInfo",
-            "Detection",
-            "Locality",
-            "OptionsRequest",
-            "Probe",
-            "Context",
-            "Selection",
-        ),
-        "plugin.types",
+#: The public names, by the module that defines them: the one table that ``__all__`` and the
+#: lazy imports below are made from (the ``TYPE_CHECKING`` imports above mirror it for type
+#: checkers; tests/test_public_names.py holds the two together).
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "job.select": ("detect", "select"),
+    "job.attach": ("attach",),
+    "job.lifecycle": ("init", "destroy", "distributed", "is_initialized"),
+    "job.spawn": ("spawn",),
+    "registry.facade": ("Registry", "PluginInfo", "default_registry", "reset"),
+    "plugin.hookspecs": ("hookimpl",),
+    "plugin.types": (
+        "AcceleratorSpec",
+        "AcceleratorStatus",
+        "BackendOptions",
+        "BindRequest",
+        "Choice",
+        "ClusterInfo",
+        "Context",
+        "Detection",
+        "Locality",
+        "OptionsRequest",
+        "Probe",
+        "Selection",
     ),
-    **dict.fromkeys(
-        (
-            "AccelBackendsError",
-            "AccelBackendsWarning",
-            "ConfigError",
-            "InitError",
-            "PluginError",
-            "PluginWarning",
-            "RendezvousError",
-            "RendezvousWarning",
-            "SelectionError",
-            "SpawnError",
-        ),
-        "plugin.errors",
+    "plugin.errors": (
+        "AccelBackendsError",
+        "AccelBackendsWarning",
+        "ConfigError",
+        "InitError",
+        "PluginError",
+        "PluginWarning",
+        "RendezvousError",
+        "RendezvousWarning",
+        "SelectionError",
+        "SpawnError",
     ),
 }
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "AccelBackendsError",
-    "AccelBackendsWarning",
-    "AcceleratorSpec",
-    "AcceleratorStatus",
-    "BackendOptions",
-    "BindRequest",
-    "Choice",
-    "ClusterInfo",
-    "ConfigError",
-    "Context",
-    "Detection",
-    "InitError",
-    "Locality",
-    "OptionsRequest",
-    "PluginError",
-    "PluginInfo",
-    "PluginWarning",
-    "Probe",
-    "Registry",
-    "RendezvousError",
-    "RendezvousWarning",
-    "Selection",
-    "SelectionError",
-    "SpawnError",
-    "__version__",
-    "attach",
-    "default_registry",
-    "destroy",
-    "detect",
-    "distributed",
-    "hookimpl",
-    "init",
-    "is_initialized",
-    "reset",
-    "select",
-    "spawn",
-]
+__all__ = sorted(["__version__", *_MODULE_OF])
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'accelbackends' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
@@ -145,4 +122,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_MODULE_OF))
