@@ -28,6 +28,7 @@ from ..plugin.errors import (
     ConfigError,
     first_line,
 )
+from ..rendezvous import torchlog
 from .process import keep_plugin_output_off_stdout
 from .sigterm import Watchdog, watch_sigterm
 from .text import clean, colour, columns, say, terminal_width
@@ -340,8 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if not args.verbose:
         # torch prints C++ log lines with stack frames for store errors we already explain;
-        # the level is read once, when torch is imported, so set it before that.
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+        # set in os.environ whatever is imported, so that check's ranks inherit it.
+        torchlog.quiet_torch_logs(torchlog.QUIET, os.environ)
     global _watchdog
     if args.command != "info":
         # Only the rendezvous logs (check); info would import logging for nothing.

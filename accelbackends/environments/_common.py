@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Mapping
 
 from ..plugin import ClusterInfo, ConfigError
+from ..plugin.config import shown  # the one way an error quotes a value; re-exported here
 
 __all__ = [
     "DEFAULT_PORT",
@@ -40,19 +41,11 @@ __all__ = [
 _INT = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
 #: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
 MAX_COUNT = 2**31 - 1
-_SHOWN = 40  # characters of a bad value echoed in an error
 DEFAULT_PORT = 29500
 LOOPBACK = "127.0.0.1"
 # Derived ports stay below Linux's ephemeral range (32768-60999 by default), so a port the kernel
 # picked for some client connection never holds the one a job derives.
 _PORT_BASE, _PORT_SPAN = 20000, 10000
-
-
-def shown(value: str) -> str:
-    """``repr(value)``, shortened: an error must not echo a 128 KiB variable."""
-    if len(value) <= _SHOWN:
-        return repr(value)
-    return f"{value[:_SHOWN]!r}… ({len(value)} characters)"
 
 
 def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:

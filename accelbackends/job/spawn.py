@@ -510,12 +510,23 @@ def _children() -> set[int]:
     return found
 
 
-def _stat_field(pid: int, index: int) -> int | None:
-    """Field ``index`` after the state in /proc/PID/stat: 1 ppid, 2 process group, 3 session."""
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (0 state, 1 ppid, 2 process group,
+    3 session, ...): the one reader of that file; empty where it cannot be read (not Linux, or
+    the process is gone)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[index])
-    except (OSError, IndexError, ValueError):
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _stat_field(pid: int, index: int) -> int | None:
+    """Field ``index`` of `_proc_stat` as a number: 1 ppid, 2 process group, 3 session."""
+    fields = _proc_stat(pid)
+    try:
+        return int(fields[index])
+    except (IndexError, ValueError):
         return None
 
 
@@ -663,12 +674,7 @@ def _is_stopped(pid: int | None) -> bool:
     """Whether ``pid`` is stopped by a signal (Linux's /proc; False where that cannot be read)."""
     if pid is None:
         return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("T", "t")
+    return _proc_stat(pid)[:1] in (["T"], ["t"])
 
 
 def _signal_group(process: multiprocessing.process.BaseProcess, signum: int) -> None:

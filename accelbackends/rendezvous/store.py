@@ -24,6 +24,7 @@ from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, fir
 from ..plugin.types import ClusterInfo
 from . import membership, network
 from .membership import Admission, Secret, load_secret
+from .torchlog import quiet_torch_logs
 
 __all__ = [
     "DEFAULT_RENDEZVOUS_TIMEOUT",
@@ -229,18 +230,6 @@ def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:
             ", ".join(sorted(set(addresses))),
             socket.gethostname(),
         )
-
-
-def quiet_torch_logs() -> None:
-    """Keep torch's C++ warnings (``[W… socket.cpp]`` for every store connection retry, which
-    the errors here explain in words) off stderr in library use. torch reads
-    ``TORCH_CPP_LOG_LEVEL`` once, when it is imported, so this only acts before that; a level
-    the user set wins."""
-    import os
-    import sys
-
-    if "torch" not in sys.modules:
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 def host_early(cluster: ClusterInfo, join_timeout: float) -> Any | None:

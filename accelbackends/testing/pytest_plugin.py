@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pytest
 
 from ..plugin import config
+from ..rendezvous import torchlog
 from .cluster import clean_environment, launcher_env
 from .plugins import install_distribution
 from .stack import FakeStack
@@ -302,7 +303,7 @@ class RankRunner:
         root = self._tree.root if root is None else root
         base = clean_environment(os.environ)
         # Store start-up failures print C++ stack frames unless this is raised before import.
-        base.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        torchlog.quiet_torch_logs(torchlog.LIBRARY, base)
         if stack is not None:
             base = stack.env(base)
         if pythonpath:
