@@ -121,7 +121,7 @@ def test_per_user_secret_file_is_created_on_first_use_with_mode_0600(config_home
 
 def test_processes_creating_the_secret_at_once_all_read_the_same_one(config_home: Path) -> None:
     code = (
-        "import hashlib, sys; from accelbackends import membership; "
+        "import hashlib, sys; from accelbackends.rendezvous import membership; "
         "k = membership.load_secret({'XDG_CONFIG_HOME': sys.argv[1]}).key; "
         "print(hashlib.sha256(k).hexdigest())"
     )

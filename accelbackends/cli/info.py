@@ -141,7 +141,7 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             cpu_affinity = {"error": failed(exc)}
     elif found is None:
         cpu_affinity = {"error": "not planned: the cluster environment is not known"}
-    membership_line = secret.describe(registry.env)
+    membership_line = secret.info_line(registry.env)
     if membership_line.startswith("error: "):
         errors.append(membership_line.removeprefix("error: "))
         bad_input.append(True)

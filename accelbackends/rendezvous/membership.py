@@ -34,7 +34,7 @@ from typing import Any
 
 from ..plugin import config
 from ..plugin.errors import RendezvousError, first_line
-from .secret import OFF, SECRET, Secret, describe, load_secret, secret_source, user_secret_path
+from .secret import OFF, SECRET, Secret, info_line, load_secret, secret_source, user_secret_path
 
 __all__ = [
     "OFF",
@@ -42,7 +42,7 @@ __all__ = [
     "Admission",
     "Secret",
     "admit",
-    "describe",
+    "info_line",
     "load_secret",
     "report_conflict",
     "secret_source",

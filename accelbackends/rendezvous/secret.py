@@ -21,7 +21,7 @@ __all__ = [
     "OFF",
     "SECRET",
     "Secret",
-    "describe",
+    "info_line",
     "load_secret",
     "secret_source",
     "user_secret_path",
@@ -81,7 +81,7 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
     return f"{SECRET} (a value, {len(value.strip())} characters)"
 
 
-def describe(env: Mapping[str, str] | None = None) -> str:
+def info_line(env: Mapping[str, str] | None = None) -> str:
     """One line for ``info``: where the secret comes from, a warning when the check is off, or
     what is wrong with ``ACCELBACKENDS_SECRET``; never the secret itself."""
     try:
