@@ -50,24 +50,20 @@ from ..registry.guard import stuck
 from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
+from .processes import TEMP_PREFIX, Adopter, is_stopped, remove_stale_temp, stop
 from .select import select
 
 __all__ = ["spawn"]
 
-# This module is not called ``spawn``: importing a submodule sets it as an attribute of the
-# package, and ``accelbackends.spawn`` must stay the function.
+# Importing this module sets ``spawn`` on ``accelbackends.job``, never on ``accelbackends``,
+# whose ``spawn`` stays the function.
 
-#: After one rank fails, how long the others get to exit on SIGTERM before SIGKILL.
-TERMINATE_GRACE = 3.0
 #: After the first failure, how long to wait for other ranks' reports to find the earliest one.
 SETTLE = 0.5
 #: How far back a rank that died without reporting is dated when failures are ordered.
 DEATH_LEAD = 0.5
 #: After a rank's function returned, how long the rank may take to exit before it is ended.
 EXIT_GRACE = 5.0
-#: The prefix of the private folders and files spawn() and check make in the temp folder; the
-#: owner's process id follows, so that a later run removes those whose owner was killed.
-TEMP_PREFIX = "accelbackends-"
 _runs = itertools.count()
 #: Rank exception classes combined with SpawnError, by original class (one class per type).
 _combined: dict[type, type] = {}
@@ -357,7 +353,7 @@ def spawn(
     # the name lets a later run remove it if this process is killed before its own cleanup runs.
     workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
     store_file = os.path.join(workdir, "store")
-    adopter = _Adopter()
+    adopter = Adopter()
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
     processes: dict[int, multiprocessing.process.BaseProcess] = {}
     connections: dict[Connection, int] = {}
@@ -395,162 +391,11 @@ def spawn(
             connections[receive] = rank
         return _collect(processes, connections)
     finally:
-        _stop(processes.values())
+        stop(processes.values())
         adopter.end({p.pid for p in processes.values() if p.pid is not None})
         for conn in connections:
             conn.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def private_temp_file(kind: str, suffix: str) -> str:
-    """A new file only this user can read, named so that `remove_stale_temp` removes it
-    once this process is gone."""
-    remove_stale_temp()
-    handle, path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{kind}-{os.getpid()}-", suffix=suffix)
-    os.close(handle)
-    return path
-
-
-def remove_stale_temp() -> None:
-    """Remove the folders and files that spawn() and check left in the temp folder when their
-    process was killed (their owner's process id no longer runs)."""
-    folder = tempfile.gettempdir()
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(TEMP_PREFIX):
-            continue
-        parts = name[len(TEMP_PREFIX) :].split("-")
-        if len(parts) < 3 or parts[0] not in ("spawn", "check") or not parts[1].isdigit():
-            continue
-        path = os.path.join(folder, name)
-        try:
-            if os.stat(path).st_uid != os.getuid() or _running(int(parts[1])):
-                continue
-        except OSError:
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class _Adopter:
-    """While ranks run, this process adopts what they orphan (Linux's child subreaper), so that
-    a helper a rank detached (a new session, a double fork) can be found and ended with them."""
-
-    _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
-
-    def __init__(self) -> None:
-        self._before = _children()
-        self._previous: int | None = None
-        self._prctl: Any = None
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(Exception):
-                import ctypes
-
-                libc = ctypes.CDLL(None, use_errno=True)
-                current = ctypes.c_int(0)
-                asked = libc.prctl(self._PR_GET_CHILD_SUBREAPER, ctypes.byref(current), 0, 0, 0)
-                if asked == 0 and libc.prctl(self._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
-                    self._previous, self._prctl = current.value, libc.prctl
-
-    def end(self, ranks: set[int]) -> None:
-        """End and reap the processes adopted from the ranks, then stop adopting."""
-        try:
-            if self._prctl is None:
-                return
-            session = os.getsid(0)
-            adopted = [
-                pid
-                for pid in _children() - self._before - ranks
-                # A rank's leftover: still in a rank's group, or detached into a session of its
-                # own (this process's other children share its session).
-                if _group(pid) in ranks or _session(pid) not in (session, None)
-            ]
-            for signum in (signal.SIGTERM, signal.SIGKILL):
-                for pid in adopted:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signum)
-                        os.kill(pid, signal.SIGCONT)
-                if signum == signal.SIGTERM:
-                    adopted = [pid for pid in adopted if not _reaped(pid, TERMINATE_GRACE)]
-            for pid in adopted:
-                _reaped(pid, TERMINATE_GRACE)
-        finally:
-            if self._prctl is not None:
-                self._prctl(self._PR_SET_CHILD_SUBREAPER, self._previous or 0, 0, 0, 0)
-                self._prctl = None
-
-
-def _children() -> set[int]:
-    """This process's child processes (Linux's /proc; empty elsewhere)."""
-    me = os.getpid()
-    found: set[int] = set()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if name.isdigit() and _stat_field(int(name), 1) == me:
-            found.add(int(name))
-    return found
-
-
-def _proc_stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command name (0 state, 1 ppid, 2 process group,
-    3 session, ...): the one reader of that file; empty where it cannot be read (not Linux, or
-    the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _stat_field(pid: int, index: int) -> int | None:
-    """Field ``index`` of `_proc_stat` as a number: 1 ppid, 2 process group, 3 session."""
-    fields = _proc_stat(pid)
-    try:
-        return int(fields[index])
-    except (IndexError, ValueError):
-        return None
-
-
-def _group(pid: int) -> int | None:
-    return _stat_field(pid, 2)
-
-
-def _session(pid: int) -> int | None:
-    return _stat_field(pid, 3)
-
-
-def _reaped(pid: int, within: float) -> bool:
-    """Wait up to ``within`` seconds for child ``pid`` to exit and reap it."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if done:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
 
 
 def _collect(
@@ -658,7 +503,7 @@ def _collect(
                 f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} "
                 "failed after it"
             )
-        stopped = [r for r, p in processes.items() if r != first.rank and _is_stopped(p.pid)]
+        stopped = [r for r, p in processes.items() if r != first.rank and is_stopped(p.pid)]
         if stopped:
             notes.append(
                 f"{'ranks' if len(stopped) > 1 else 'rank'} {', '.join(map(str, stopped))} "
@@ -668,48 +513,3 @@ def _collect(
             first.args = (f"{first.args[0]}\n\n({'; '.join(notes)})",)
         raise first
     return [results[rank] for rank in sorted(results)]
-
-
-def _is_stopped(pid: int | None) -> bool:
-    """Whether ``pid`` is stopped by a signal (Linux's /proc; False where that cannot be read)."""
-    if pid is None:
-        return False
-    return _proc_stat(pid)[:1] in (["T"], ["t"])
-
-
-def _signal_group(process: multiprocessing.process.BaseProcess, signum: int) -> None:
-    """``signum`` to the rank's process group (the rank and what it started), or to the rank
-    alone where it did not lead one yet."""
-    pid = process.pid
-    if pid is None:
-        return
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signum)
-            return
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        os.kill(pid, signum)
-
-
-def _stop(processes: Any) -> None:
-    """Terminate every rank still running and what the ranks left behind (SIGTERM, then
-    SIGKILL) and reap them all."""
-    processes = list(processes)
-    alive = [p for p in processes if p.is_alive()]
-    for process in alive:
-        _signal_group(process, signal.SIGTERM)
-        _signal_group(process, signal.SIGCONT)  # a stopped rank acts on SIGTERM only once resumed
-    deadline = time.monotonic() + TERMINATE_GRACE
-    for process in alive:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            _signal_group(process, signal.SIGKILL)
-            process.join()
-    for process in processes:
-        process.join()
-        # Helpers still in the rank's group (the rank is gone; its group lives on in them).
-        if process.pid is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)

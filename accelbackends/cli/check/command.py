@@ -72,7 +72,7 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         say(environment(selection, nproc, nproc, "spawn"))
     sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
     started = time.time()
-    from ...job.spawn import private_temp_file
+    from ...job.processes import private_temp_file
 
     progress = private_temp_file("check", ".json")
     options = dataclasses.replace(options, progress=progress)
