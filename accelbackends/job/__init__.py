@@ -8,6 +8,7 @@
 - `lifecycle`: ``init``, ``destroy`` and ``distributed``: the steps in the order they run.
 - `attach`: a context for a process group that a framework made.
 - `spawn`: N local processes, each running ``fn(ctx, ...)``.
+- `processes`: ending those processes and what they leave behind, ``/proc``, temp files.
 
 Nothing is imported here: ``import accelbackends.job.select`` must not pay for torch's path.
 """

@@ -4,6 +4,7 @@
 - `membership`: the proof that every rank holds the job's secret.
 - `secret`: where that secret comes from (``info`` reads only this).
 - `network`: which interface reaches the rendezvous host, and whether a port is free.
+- `torchlog`: torch's C++ log level, set in this one place.
 
 Nothing is imported here: ``info`` imports `secret` and `network` alone and must not pay for the
 store's or the proof's imports.
