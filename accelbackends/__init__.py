@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 #: The public names, by the module that defines them: the one table that ``__all__`` and the
 #: lazy imports below are made from (the ``TYPE_CHECKING`` imports above mirror it for type
 #: checkers; tests/test_public_names.py holds the two together).
-_EXPORTS: dict[str, tuple[str, ...]] = {
+_PUBLIC: dict[str, tuple[str, ...]] = {
     "job.select": ("detect", "select"),
     "job.attach": ("attach",),
     "job.lifecycle": ("init", "destroy", "distributed", "is_initialized"),
@@ -107,13 +107,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SpawnError",
     ),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+#: Public name → the module that defines it.
+_EXPORTS = {name: module for module, names in _PUBLIC.items() for name in names}
 
-__all__ = sorted(["__version__", *_MODULE_OF])
+__all__ = sorted(["__version__", *_EXPORTS])
 
 
 def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
+    module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'accelbackends' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
@@ -122,4 +123,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
+    return sorted(set(globals()) | set(_EXPORTS))

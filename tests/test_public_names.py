@@ -39,13 +39,13 @@ def _type_checking_imports() -> dict[str, tuple[str, ...]]:
 
 
 def test_the_type_checkers_imports_mirror_the_table_of_public_names() -> None:
-    table = accelbackends._EXPORTS
+    table = accelbackends._PUBLIC
     assert _type_checking_imports() == {module: tuple(sorted(n)) for module, n in table.items()}
 
 
 def test_every_public_name_resolves_to_the_object_its_module_defines() -> None:
     assert accelbackends.__all__ == sorted(accelbackends.__all__)
-    for module, names in accelbackends._EXPORTS.items():
+    for module, names in accelbackends._PUBLIC.items():
         defined = importlib.import_module(f"accelbackends.{module}")
         for name in names:
             assert name in accelbackends.__all__
