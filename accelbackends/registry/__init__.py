@@ -11,20 +11,5 @@ accelbackends asks them anything.
 
 from __future__ import annotations
 
-from .facade import (
-    BUILTIN_PLUGINS,
-    ENTRY_POINT_GROUP,
-    PluginInfo,
-    Registry,
-    default_registry,
-    reset,
-)
-
-__all__ = [
-    "BUILTIN_PLUGINS",
-    "ENTRY_POINT_GROUP",
-    "PluginInfo",
-    "Registry",
-    "default_registry",
-    "reset",
-]
+from .facade import *  # noqa: F403  (the facade's public names, as before the move)
+from .facade import __all__ as __all__
