@@ -27,7 +27,7 @@ _SCRIPT = textwrap.dedent(
 
     import torch.distributed as dist
 
-    from accelbackends import console
+    from accelbackends.cli import process as console
 
     server = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False,
                            timeout=timedelta(seconds=30))

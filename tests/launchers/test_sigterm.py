@@ -69,7 +69,7 @@ def test_sigterm_ends_a_rank_blocked_in_a_native_store_wait() -> None:
 
 _SLOW_CLEANUP = """
 import sys, time
-from accelbackends import cli, info
+from accelbackends.cli import info, main as cli
 
 def collect(*args, **kwargs):
     try:
