@@ -16,15 +16,22 @@ from accelbackends.testing import FakeStack, FakeTree
 
 
 def site(
-    tmp_path: Path, torch: str | None, *, oneccl: bool = False, ipex: bool = False
+    tmp_path: Path,
+    torch: str | None,
+    *,
+    oneccl: bool = False,
+    ipex: bool = False,
+    ipex_version: str = "2.6.0+cpu",
 ) -> tuple[str]:
-    stack = FakeStack(tmp_path / f"site-{torch}-{oneccl}-{ipex}")
+    stack = FakeStack(tmp_path / f"site-{torch}-{oneccl}-{ipex}-{ipex_version}")
     if torch is not None:
         stack.installed("torch", torch, "torch")
     if oneccl:
         stack.installed("oneccl_bind_pt", "2.6.0+xpu", "oneccl_bindings_for_pytorch")
     if ipex:
-        stack.installed("intel_extension_for_pytorch", "2.6.0+cpu", "intel_extension_for_pytorch")
+        stack.installed(
+            "intel_extension_for_pytorch", ipex_version, "intel_extension_for_pytorch"
+        )
     return (str(stack.directory),)
 
 
@@ -55,9 +62,19 @@ def test_no_render_node_is_the_reason(tmp_path: Path) -> None:
 
 
 def test_installed_ipex_without_a_device_never_makes_xpu_available(tmp_path: Path) -> None:
-    result = detect(FakeTree(tmp_path / "root"), site(tmp_path, "2.13.0+xpu", ipex=True))
+    packages = site(tmp_path, "2.13.0+xpu", ipex=True, ipex_version="2.13.10+xpu")
+    result = detect(FakeTree(tmp_path / "root"), packages)
     assert not result.available
-    assert "intel_extension_for_pytorch 2.6.0+cpu is installed, but it provides no device" in (
+    assert "intel-extension-for-pytorch 2.13.10+xpu is installed, but it provides no device" in (
+        result.reason
+    )
+
+
+def test_ipex_built_for_another_torch_is_named_as_such_in_the_reason(tmp_path: Path) -> None:
+    packages = site(tmp_path, "2.13.0+cpu", ipex=True, ipex_version="2.8.0")
+    result = detect(FakeTree(tmp_path / "root"), packages)
+    assert not result.available
+    assert "intel-extension-for-pytorch 2.8.0 is built for torch 2.8, this is 2.13" in (
         result.reason
     )
 
