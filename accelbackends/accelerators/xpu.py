@@ -174,8 +174,8 @@ def ipex_note(ipex: Installed, build: TorchBuild | None) -> str | None:
     """Whether IPEX was built for another torch than the installed one, in words, else None.
 
     Each IPEX release is built for the torch release of the same major.minor and refuses any
-    other at import (IPEX 2.8.0 beside torch 2.13: "ERROR! Intel® Extension for PyTorch\*
-    needs to work with PyTorch 2.8.\*", then an exit). Read from the versions alone, never by
+    other at import (IPEX 2.8.0 beside torch 2.13 prints that it needs PyTorch 2.8, then fails
+    on its own exit call). Read from the versions alone, never by
     importing it.
     """
     match = _RELEASE.match(ipex.version)
