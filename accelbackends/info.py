@@ -160,22 +160,10 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         "cpu_affinity": cpu_affinity,
         "overrides": config.overrides(registry.env),
         "override_errors": override_errors,
-        "unknown_variables": _unknown_variables(registry),
+        "unknown_variables": registry.unknown_variables,
         "versions": versions(),
         "platform": platform_name(),
     }
-
-
-def _unknown_variables(registry: Registry) -> dict[str, str]:
-    """``ACCELBACKENDS_*`` variables nobody reads: neither the package nor a plugin that owns
-    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (a site-policy plugin's settings file, say)."""
-    try:
-        owners = tuple(
-            f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in registry.plugins
-        )
-    except AccelBackendsError:
-        owners = ()
-    return {k: v for k, v in config.unknown(registry.env).items() if not k.startswith(owners)}
 
 
 def platform_name() -> str:

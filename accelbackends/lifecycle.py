@@ -32,6 +32,7 @@ from .plugin.errors import (
     describe,
     first_line,
 )
+from .plugin.torchload import import_torch_distributed
 from .plugin.types import (
     BackendOptions,
     BindRequest,
@@ -40,7 +41,7 @@ from .plugin.types import (
     OptionsRequest,
     Selection,
 )
-from .registry import Registry, default_registry
+from .registry import Registry, default_registry, warn_unknown_variables
 from .rendezvous import (
     DEFAULT_RENDEZVOUS_TIMEOUT,
     Rendezvous,
@@ -178,9 +179,11 @@ def init(
 
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
+    if cluster.rank == 0:  # once per job, not once per rank
+        warn_unknown_variables(registry)
 
     quiet_torch_logs()
-    import torch.distributed as dist
+    dist = import_torch_distributed()
 
     if dist.is_initialized():
         raise InitError(

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..plugin.errors import (
@@ -34,11 +35,13 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace) -> int:
     """``accelbackends check``; returns the exit code, raises errors for the CLI to report."""
-    from ..registry import default_registry
+    from ..registry import default_registry, warn_unknown_variables
     from ..selection import select
 
     registry = default_registry()
     options = parse_options(args, registry.env)
+    warn_unknown_variables(registry)
+    _refuse_what_info_refuses(registry.env)
     # The whole selection is validated here, before any rank starts: a wrong override is exit 2
     # with one line, not one traceback per rank.
     selection = select(registry=registry)
@@ -56,6 +59,19 @@ def run(args: argparse.Namespace) -> int:
     nproc = args.nproc or _default_nproc(selection)
     check_memory(options, device_type, nproc)
     return _standalone(options, selection, nproc)
+
+
+def _refuse_what_info_refuses(env: Mapping[str, str]) -> None:
+    """The variables ``info`` calls bad input are bad input here too (exit 2), also where this
+    check would not read them: a standalone check uses no secret (its ranks meet on a private
+    local socket), but the user's first job of more than one rank would fail on it."""
+    from .. import secret
+    from ..plugin import config
+
+    problems = config.validate(env)
+    if problems:
+        raise ConfigError(next(iter(problems.values())))
+    secret.secret_source(env)
 
 
 def _default_nproc(selection: Selection) -> int:

@@ -23,6 +23,7 @@ __all__ = [
     "colour",
     "colour_enabled",
     "columns",
+    "did_you_mean",
     "plural",
     "rank_list",
     "report_to",
@@ -198,3 +199,13 @@ def aligned(rows: Sequence[Sequence[str]], indent: str = "", width: int | None =
 def rank_list(ranks: Sequence[int]) -> str:
     """``rank 1`` or ``ranks 0, 2``."""
     return f"{plural(len(ranks), 'rank')} {', '.join(map(str, ranks))}"
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'cpu'?"`` for the known name closest to ``given`` (the same name in
+    another case first), or ``""`` where none is close."""
+    import difflib  # only on an error path
+
+    same = [name for name in known if name.lower() == given.lower()]
+    close = same or difflib.get_close_matches(given, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
