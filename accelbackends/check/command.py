@@ -22,7 +22,7 @@ from ..plugin.errors import (
     first_line,
 )
 from ..plugin.text import plural, say
-from .options import Options, check_memory, parse_options
+from .options import Options, check_memory, check_ranks, oversubscription, parse_options
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
@@ -53,11 +53,20 @@ def run(args: argparse.Namespace) -> int:
                 f"--nproc={args.nproc} cannot be used under {cluster.launcher}, which started "
                 f"{cluster.world_size} {plural(cluster.world_size, 'rank')}; the launcher "
                 "decides how many ranks run"
+                + (
+                    f" (torchrun --nproc-per-node {args.nproc} -m accelbackends check)"
+                    if cluster.launcher == "torchrun"
+                    else ""
+                )
             )
         check_memory(options, device_type, cluster.local_world_size)
         return _join_launcher(options, selection, cluster)
     nproc = args.nproc or _default_nproc(selection)
+    check_ranks(nproc)
     check_memory(options, device_type, nproc)
+    crowded = oversubscription(nproc, device_type)
+    if crowded is not None and not options.json:
+        say(crowded)
     return _standalone(options, selection, nproc)
 
 
