@@ -29,9 +29,7 @@ def site(
     if oneccl:
         stack.installed("oneccl_bind_pt", "2.6.0+xpu", "oneccl_bindings_for_pytorch")
     if ipex:
-        stack.installed(
-            "intel_extension_for_pytorch", ipex_version, "intel_extension_for_pytorch"
-        )
+        stack.installed("intel_extension_for_pytorch", ipex_version, "intel_extension_for_pytorch")
     return (str(stack.directory),)
 
 

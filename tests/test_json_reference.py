@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import run_cli
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "json.md"

@@ -9,8 +9,8 @@ import dataclasses
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..plugin.errors import (

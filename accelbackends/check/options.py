@@ -102,7 +102,9 @@ def _integer(low: int, high: int | None = None, otherwise: str = "") -> Callable
     def integer(text: str) -> int:
         number = int(text) if re.fullmatch(r"\s*[+-]?\d+\s*", text) else None
         if number is None or number < low or (high is not None and number > high):
-            accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+            accepted = (
+                f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+            )
             hint = f", {otherwise}" if otherwise else ""
             raise argparse.ArgumentTypeError(f"{text!r} is not valid; use {accepted}{hint}")
         return number

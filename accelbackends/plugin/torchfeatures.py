@@ -63,7 +63,9 @@ def read_build_files(directory: Path | None = None) -> TorchFeatures | None:
         text = targets.read_text(errors="replace")
     except OSError:
         return TorchFeatures(
-            None, (), f"unknown: torch's build file {_TARGETS} is missing (info --import-torch asks torch)"
+            None,
+            (),
+            f"unknown: torch's build file {_TARGETS} is missing (info --import-torch asks torch)",
         )
     defined = {word for group in _DEFINITIONS.findall(text) for word in group.split(";")}
     distributed = "USE_DISTRIBUTED" in defined

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .conftest import info, init, installed_version, needs, reasons, run
+from .conftest import info, init, installed_version, needs, run
 
 pytestmark = needs("intel-extension-for-pytorch")
 
@@ -32,8 +32,9 @@ def test_info_names_ipex_built_for_another_torch_and_xpu_stays_unavailable() -> 
             f"{_release(torch)}" in xpu["reason"]
         )
     else:
-        assert f"intel-extension-for-pytorch {ipex} is installed, but it provides no device" in (
-            xpu["reason"]
+        assert (
+            f"intel-extension-for-pytorch {ipex} is installed, but it provides no device"
+            in (xpu["reason"])
         )
     assert report["selected"]["accelerator"] == "cpu"
 
