@@ -16,15 +16,20 @@ from accelbackends.testing import FakeStack, FakeTree
 
 
 def site(
-    tmp_path: Path, torch: str | None, *, oneccl: bool = False, ipex: bool = False
+    tmp_path: Path,
+    torch: str | None,
+    *,
+    oneccl: bool = False,
+    ipex: bool = False,
+    ipex_version: str = "2.6.0+cpu",
 ) -> tuple[str]:
-    stack = FakeStack(tmp_path / f"site-{torch}-{oneccl}-{ipex}")
+    stack = FakeStack(tmp_path / f"site-{torch}-{oneccl}-{ipex}-{ipex_version}")
     if torch is not None:
         stack.installed("torch", torch, "torch")
     if oneccl:
         stack.installed("oneccl_bind_pt", "2.6.0+xpu", "oneccl_bindings_for_pytorch")
     if ipex:
-        stack.installed("intel_extension_for_pytorch", "2.6.0+cpu", "intel_extension_for_pytorch")
+        stack.installed("intel_extension_for_pytorch", ipex_version, "intel_extension_for_pytorch")
     return (str(stack.directory),)
 
 
@@ -54,12 +59,24 @@ def test_no_render_node_is_the_reason(tmp_path: Path) -> None:
     assert result == Detection(False, 0, "no Intel GPU render node in /sys/class/drm")
 
 
-def test_installed_ipex_without_a_device_never_makes_xpu_available(tmp_path: Path) -> None:
-    result = detect(FakeTree(tmp_path / "root"), site(tmp_path, "2.13.0+xpu", ipex=True))
-    assert not result.available
-    assert "intel_extension_for_pytorch 2.6.0+cpu is installed, but it provides no device" in (
-        result.reason
+@pytest.mark.parametrize(
+    ("torch", "ipex", "said"),
+    [
+        ("2.13.0+xpu", "2.13.10+xpu", "intel-extension-for-pytorch 2.13.10+xpu is installed, but "
+         "it provides no device"),
+        ("2.13.0+cpu", "2.8.0", "intel-extension-for-pytorch 2.8.0 is built for torch 2.8, this "
+         "is 2.13; it provides no device either"),
+    ],
+    ids=["matched", "built-for-another-torch"],
+)  # fmt: skip
+def test_installed_ipex_without_a_device_never_makes_xpu_available_and_says_why(
+    tmp_path: Path, torch: str, ipex: str, said: str
+) -> None:
+    result = detect(
+        FakeTree(tmp_path / "root"), site(tmp_path, torch, ipex=True, ipex_version=ipex)
     )
+    assert not result.available
+    assert said in result.reason
 
 
 def test_intel_gpu_with_a_cpu_torch_says_to_install_an_xpu_build(tmp_path: Path) -> None:

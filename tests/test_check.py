@@ -325,8 +325,9 @@ def test_forcing_a_backend_the_accelerator_lacks_exits_2_with_one_line() -> None
     [
         (["--nproc", "-1"], ["argument --nproc", "'-1'", "integer >= 1"]),
         (["--nproc", "two"], ["argument --nproc", "'two'", "integer >= 1"]),
-        (["--iters", "0"], ["argument --iters", "'0'", "integer >= 1"]),
-        (["--warmup", "-2"], ["argument --warmup", "'-2'", "integer >= 0"]),
+        (["--iters", "0"], ["argument --iters", "'0'", "integer from 1 to 10000"]),
+        (["--iters", "100000000"], ["argument --iters", "'100000000'", "leave --iters out"]),
+        (["--warmup", "-2"], ["argument --warmup", "'-2'", "integer from 0 to 10000"]),
         (["--max-bytes", "12XB"], ["argument --max-bytes", "'12XB'", "64KiB"]),
         (["--min-bytes", "0"], ["argument --min-bytes", "'0'", "bytes >= 1"]),
         (["--timeout", "soon"], ["argument --timeout", "'soon'", "positive number of seconds"]),

@@ -11,6 +11,7 @@ and never makes this accelerator available.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "backend_plan",
     "ccl_environment",
     "find_gpus",
+    "ipex_note",
     "make_spec",
     "verdict",
 ]
@@ -57,6 +59,7 @@ XCCL_FROM = (2, 8)
 #: The distribution that installs ``oneccl_bindings_for_pytorch``.
 ONECCL = "oneccl_bind_pt"
 _IPEX = "intel_extension_for_pytorch"
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
 _DRIVERS = ("xe", "i915")
 _INTEGRATED_SLOT = "0000:00:02.0"
 
@@ -121,13 +124,20 @@ def verdict(
     if not gpus:
         reason = "no Intel GPU render node in /sys/class/drm"
         if ipex is not None:
-            reason += f" ({ipex} is installed, but it provides no device)"
+            mismatch = ipex_note(ipex, build)
+            reason += (
+                f" ({mismatch}; it provides no device either)"
+                if mismatch
+                else f" ({_named(ipex)} is installed, but it provides no device)"
+            )
         return Detection(False, 0, reason)
     found = _describe(gpus)
     if build is None:
         return Detection(False, 0, f"{found}, but torch is not installed — install torch")
     if build.known and build.xpu is None:
-        note = f" ({ipex} alone does not provide one)" if ipex is not None else ""
+        note = ""
+        if ipex is not None:
+            note = f" ({ipex_note(ipex, build) or _named(ipex)}; IPEX alone does not provide one)"
         return Detection(
             False,
             0,
@@ -152,6 +162,32 @@ def verdict(
     if visible.restricted:
         reason += f"; {visible.describe()} shows {shown}"
     return Detection(True, shown, reason)
+
+
+def _named(package: Installed) -> str:
+    """``intel-extension-for-pytorch 2.8.0``: the name pip installs it by, whichever spelling its
+    metadata uses (the 2.8.0 wheel says ``intel_extension_for_pytorch``)."""
+    return f"{package.name.lower().replace('_', '-')} {package.version}"
+
+
+def ipex_note(ipex: Installed, build: TorchBuild | None) -> str | None:
+    """Whether IPEX was built for another torch than the installed one, in words, else None.
+
+    Each IPEX release is built for the torch release of the same major.minor and refuses any
+    other at import (IPEX 2.8.0 beside torch 2.13 prints that it needs PyTorch 2.8, then fails
+    on its own exit call). Read from the versions alone, never by
+    importing it.
+    """
+    match = _RELEASE.match(ipex.version)
+    if build is None or match is None or build.release == (0, 0):
+        return None
+    wanted = (int(match.group(1)), int(match.group(2)))
+    if wanted == build.release:
+        return None
+    return (
+        f"{_named(ipex)} is built for torch {wanted[0]}.{wanted[1]}, this is "
+        f"{build.release[0]}.{build.release[1]}"
+    )
 
 
 def _detect(probe: Probe) -> Detection:

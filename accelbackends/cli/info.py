@@ -42,14 +42,28 @@ def _installed_version(distribution: str) -> str | None:
     return found.version if found else None
 
 
-def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
+#: What a node without torch is told (info exits 1: nothing can run there).
+NO_TORCH = (
+    "torch is not installed, so nothing can run here; install it (pip install torch, or its "
+    "CPU build from PyTorch's CPU wheel index, see the README)"
+)
+
+
+def collect(
+    registry: Registry, *, show_all: bool = False, import_torch: bool = False
+) -> dict[str, Any]:
     """The report as plain data (what ``info --json`` prints).
 
     Never raises for bad input: a section that cannot be computed has an ``error``, and so
-    has the report (the first one; ``errors`` lists them all).
+    has the report (the first one; ``errors`` lists them all). ``import_torch``: ask the
+    imported torch which backends it has, instead of reading its build files.
     """
     errors: list[str] = []
     bad_input: list[bool] = []
+    torch_section = _torch_section(import_torch)
+    if torch_section["error"]:
+        errors.append(torch_section["error"])
+        bad_input.append(False)
 
     def failed(exc: AccelBackendsError) -> str:
         errors.append(first_line(exc))
@@ -91,7 +105,9 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         ("accelerator", "backend", "reason", "backend_reason", "error")
     )
     selection = None
-    if plugins_error is None:
+    if torch_section["version"] is None:
+        selected["error"] = NO_TORCH
+    elif plugins_error is None:
         try:
             selection = select(registry=registry)
             selected.update(
@@ -160,25 +176,49 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
         "selected": selected,
         "cluster": cluster,
         "membership": membership_line,
+        "torch": torch_section,
         "cpu_affinity": cpu_affinity,
         "overrides": config.overrides(registry.env),
         "override_errors": override_errors,
-        "unknown_variables": _unknown_variables(registry),
+        "unknown_variables": registry.unknown_variables,
         "versions": versions(),
         "platform": platform_name(),
     }
 
 
-def _unknown_variables(registry: Registry) -> dict[str, str]:
-    """``ACCELBACKENDS_*`` variables nobody reads: neither the package nor a plugin that owns
-    the prefix ``ACCELBACKENDS_<PLUGIN>_`` (a site-policy plugin's settings file, say)."""
+def _torch_section(import_torch: bool) -> dict[str, Any]:
+    """Whether torch is installed, has ``torch.distributed``, and which backends it was built
+    with: read from its build files, or asked of torch itself with ``import_torch``."""
+    from ..plugin.errors import InitError
+    from ..plugin.torchfeatures import ask_torch, read_build_files
+
+    section: dict[str, Any] = {
+        "version": _installed_version("torch"),
+        "distributed": None,
+        "backends": [],
+        "source": None,
+        "error": None,
+    }
+    if section["version"] is None:
+        section["error"] = NO_TORCH
+        return section
     try:
-        owners = tuple(
-            f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in registry.plugins
+        features = ask_torch() if import_torch else read_build_files()
+    except InitError as exc:  # an auto-loaded device extension broke import torch
+        section["error"] = first_line(exc)
+        return section
+    if features is not None:
+        section.update(
+            distributed=features.distributed,
+            backends=list(features.backends),
+            source=features.source,
         )
-    except AccelBackendsError:
-        owners = ()
-    return {k: v for k, v in config.unknown(registry.env).items() if not k.startswith(owners)}
+        if features.distributed is False:
+            section["error"] = (
+                f"torch {section['version']} was built without torch.distributed; install a "
+                "build that has it (every wheel from PyTorch's own indexes does)"
+            )
+    return section
 
 
 def platform_name() -> str:
@@ -275,6 +315,8 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         ]
         lines += aligned(rows, "  ", width)
     lines.append("")
+    lines.append(_torch_line(report["torch"]))
+    lines.append("")
     lines.append(f"membership: {report['membership']}")
     lines.append("")
     overrides = report["overrides"]
@@ -295,6 +337,20 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items())
     )
     return "\n".join(wrap(line, width) for line in lines)
+
+
+def _torch_line(torch: dict[str, Any]) -> str:
+    if torch["version"] is None:
+        return f"torch: not installed: error: {torch['error']}"
+    if torch["error"]:
+        return f"torch: {torch['version']}: error: {torch['error']}"
+    if torch["distributed"] is None:
+        return f"torch: {torch['version']}; torch.distributed: {torch['source']}"
+    backends = ", ".join(torch["backends"]) or "none"
+    return (
+        f"torch: {torch['version']}; torch.distributed: yes, with {backends} "
+        f"(from {torch['source']})"
+    )
 
 
 def _note(message: str | None) -> str:

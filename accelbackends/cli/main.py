@@ -55,13 +55,15 @@ examples:
   torchrun --nproc-per-node 8 -m accelbackends check
                                        join the ranks torchrun started
   accelbackends check --json | jq .ok  one JSON object, also on failure
+  accelbackends docs troubleshooting   the guide's page for an error message
 
 exit status: 0 ok, 1 a check failed or a rank died, 2 bad input (a flag or a variable).
 """
 
 
 def _docs_link() -> str:
-    """Where the documentation lives: the distribution's Documentation URL, where it has one."""
+    """Where the documentation lives: the distribution's Documentation URL where it has one,
+    else the guide that ships inside the package."""
     from importlib.metadata import PackageNotFoundError, metadata
 
     try:
@@ -72,7 +74,10 @@ def _docs_link() -> str:
         label, _, url = entry.partition(",")
         if label.strip().lower() in ("documentation", "docs"):
             return f"documentation: {url.strip()}"
-    return "documentation: the docs/ folder of the source (mkdocs), Troubleshooting first"
+    return (
+        "documentation: accelbackends docs (the guide ships with the package; "
+        "accelbackends docs troubleshooting first)"
+    )
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -156,7 +161,7 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message, self.prog)
 
 
-_COMMANDS = ("info", "check")
+_COMMANDS = ("info", "check", "docs")
 
 
 def _all_options(parser: argparse.ArgumentParser) -> list[str]:
@@ -204,8 +209,9 @@ def _parser() -> argparse.ArgumentParser:
         description="What this node has, which accelerator and backend would be chosen and "
         "why, the cluster environment the launcher variables describe, and the "
         "ACCELBACKENDS_* variables set. A bad variable is shown where it applies; the report "
-        "is still printed. Exit 0: no problem found; 2: a bad variable or override. Does not "
-        "import torch.",
+        "is still printed. Exit 0: no problem found; 1: torch is missing or unusable, or a "
+        "plugin failed; 2: a bad variable or override. Does not import torch (unless "
+        "--import-torch).",
         epilog=_Later(),
         formatter_class=_Formatter,
     )
@@ -220,6 +226,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print a block to paste into a bug report: versions, platform, the report",
     )
     info.add_argument("--all", action="store_true", help="list the built-in plugins too")
+    info.add_argument(
+        "--import-torch",
+        action="store_true",
+        help="ask the imported torch which distributed backends it has (default: read from "
+        "torch's build files, without importing it)",
+    )
     check = commands.add_parser(
         "check",
         help="start (or join) the ranks, verify collectives and measure bandwidth",
@@ -227,6 +239,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _verbose_flag(check, argparse.SUPPRESS)
     check.deferred = _check_arguments
+    docs = commands.add_parser(
+        "docs",
+        help="list the pages of the user guide that ships with the package, or print one",
+        description="The user guide ships inside the package (Markdown). Without PAGE, list "
+        "the pages; with PAGE (e.g. troubleshooting, launchers/slurm), print it. Exit 2: no "
+        "such page.",
+    )
+    _verbose_flag(docs, argparse.SUPPRESS)
+    docs.add_argument("page", nargs="?", metavar="PAGE", help="the page to print")
+    docs.add_argument("--path", action="store_true", help="print the guide's folder only")
     return parser
 
 
@@ -240,7 +262,7 @@ def _info(args: argparse.Namespace, argv: list[str]) -> int:
     from ..registry.facade import default_registry
     from .info import collect, render, render_bug_report
 
-    report = collect(default_registry(), show_all=args.all)
+    report = collect(default_registry(), show_all=args.all, import_torch=args.import_torch)
     if args.json:
         say(json.dumps(report, indent=2), plain=True)
     elif args.report:
@@ -331,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            parser.error("a command is required: info or check")
+            parser.error("a command is required: info, check or docs")
     except _UsageError as exc:
         if _wants_json(argv):
             from .check.report import failure_report, print_json
@@ -358,10 +380,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             restore_stdout()
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from . import manual
+
+    if args.path:
+        say(str(manual.folder()), plain=True)
+    elif args.page:
+        say(manual.page_text(args.page).rstrip(), plain=True)
+    else:
+        say(manual.listing(), plain=True)
+    return EXIT_OK
+
+
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "info":
             return _info(args, argv)
+        if args.command == "docs":
+            return _docs(args)
         from . import check as check_command
 
         return check_command.run(args)

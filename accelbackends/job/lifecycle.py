@@ -42,6 +42,7 @@ from ..plugin.errors import (
     describe,
     first_line,
 )
+from ..plugin.torchload import import_torch_distributed
 from ..plugin.types import (
     BackendOptions,
     BindRequest,
@@ -50,7 +51,7 @@ from ..plugin.types import (
     OptionsRequest,
     Selection,
 )
-from ..registry.facade import Registry, default_registry
+from ..registry.facade import Registry, default_registry, warn_unknown_variables
 from ..rendezvous.membership import __name__ as _membership_module
 from ..rendezvous.membership import verify_group
 from ..rendezvous.network import GLOO_INTERFACE, gloo_interface_for
@@ -195,9 +196,11 @@ def init(
     # step: recognise
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
+    if cluster.rank == 0:  # once per job, not once per rank
+        warn_unknown_variables(registry)
 
     quiet_torch_logs()
-    import torch.distributed as dist
+    dist = import_torch_distributed()
 
     if dist.is_initialized():
         raise InitError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..plugin import config
 from ..plugin.errors import PluginError, SelectionError
+from ..plugin.text import did_you_mean
 from ..plugin.types import AcceleratorStatus, Selection
 from ..registry.facade import Registry, default_registry
 
@@ -79,7 +80,7 @@ def select(
             hint = f" (blocked plugins: {', '.join(blocked)})" if blocked else ""
             raise SelectionError(
                 f"{source} is not a known accelerator; known accelerators: "
-                f"{', '.join(sorted(by_name))}{hint}"
+                f"{', '.join(sorted(by_name))}{hint}{did_you_mean(name, sorted(by_name))}"
             )
         if not by_name[name].available:
             raise SelectionError(
@@ -111,6 +112,7 @@ def select(
             raise SelectionError(
                 f"{backend_source} is not supported by accelerator {name!r}; "
                 f"it supports: {', '.join(spec.backends)}"
+                f"{did_you_mean(chosen_backend, spec.backends)}"
             )
         backend_reason = f"requested by {backend_source}"
     return Selection(name, chosen_backend, reason, backend_reason, candidates)

@@ -344,7 +344,9 @@ def spawn(
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on
         # 2 cores start in about 1 s instead of 13 s). Importing torch initialises no device
         # runtime, so forking afterwards stays safe.
-        import torch.distributed  # noqa: F401
+        from ..plugin.torchload import import_torch_distributed
+
+        import_torch_distributed()
 
         # Asked once here rather than in every rank (1-2 ms each on 2 cores).
         _loopback()

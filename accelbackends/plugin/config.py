@@ -200,6 +200,21 @@ def _check_nvml(value: str, *, source: str) -> None:
             f"{source}={shown(value)} is not valid; use auto, off, or the name of a module with "
             "pynvml's functions"
         )
+    if word.lower() not in _NVML_WORDS:
+        # A module the probe would fail to import: the CUDA probe would only say so in its
+        # reason, and the node would quietly be taken for GPU-less. Found without importing it.
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(word) is not None
+        except (ImportError, ValueError):  # a parent package that is missing or broken
+            found = False
+        if not found:
+            raise ConfigError(
+                f"{source}={shown(value)}: no module of that name can be imported here; use "
+                "auto (NVIDIA's pynvml where installed: pip install nvidia-ml-py), off, or the "
+                "name of an installed module with pynvml's functions"
+            )
 
 
 def validate(env: Mapping[str, str]) -> dict[str, str]:

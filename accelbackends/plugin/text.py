@@ -1,4 +1,4 @@
-"""Wording for the reasons a plugin's probes give: `plural`.
+"""Wording for the reasons a plugin's probes give: `plural`, `did_you_mean`.
 
 Until 0.2 this module also held the command line's printing (`say`, `aligned`, `wrap`, colour
 and the terminal's width); that moved to ``accelbackends.cli.text``, which is not part of the
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["plural"]
+__all__ = ["did_you_mean", "plural"]
 
 #: Names that moved to ``accelbackends.cli.text`` in 0.2; kept here until 0.3.
 _MOVED = frozenset(
@@ -34,6 +35,16 @@ _MOVED = frozenset(
 def plural(count: int, word: str) -> str:
     """``word`` for one, ``words`` for any other count (the count itself is not included)."""
     return word if count == 1 else word + "s"
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'cpu'?"`` for the known name closest to ``given`` (the same name in
+    another case first), or ``""`` where none is close."""
+    import difflib  # only on an error path
+
+    same = [name for name in known if name.lower() == given.lower()]
+    close = same or difflib.get_close_matches(given, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,14 @@ import pluggy
 
 from .. import accelerators, environments
 from ..plugin import config, hookspecs, installed
-from ..plugin.errors import ConfigError, PluginError, PluginWarning, describe
+from ..plugin.errors import (
+    AccelBackendsError,
+    AccelBackendsWarning,
+    ConfigError,
+    PluginError,
+    PluginWarning,
+    describe,
+)
 from ..plugin.types import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -47,6 +54,7 @@ __all__ = [
     "Registry",
     "default_registry",
     "reset",
+    "warn_unknown_variables",
 ]
 
 ENTRY_POINT_GROUP = "accelbackends"
@@ -324,6 +332,19 @@ class Registry:
         return self._plugins[name]
 
     @property
+    def unknown_variables(self) -> dict[str, str]:
+        """``ACCELBACKENDS_*`` variables nobody reads, each with a note (the closest known name):
+        neither the package nor a plugin that owns the prefix ``ACCELBACKENDS_<PLUGIN>_`` (a
+        site-policy plugin's settings file, say)."""
+        try:
+            owners = tuple(
+                f"{config.PREFIX}{p.name.upper().replace('-', '_')}_" for p in self.plugins
+            )
+        except AccelBackendsError:
+            owners = ()
+        return {k: v for k, v in config.unknown(self.env).items() if not k.startswith(owners)}
+
+    @property
     def plugins(self) -> tuple[PluginInfo, ...]:
         """Every plugin seen: active, blocked or failed, in load order."""
         self.pm  # noqa: B018 - loads on first use
@@ -548,3 +569,15 @@ def reset() -> None:
     """Forget the process's registry and its detection cache (plugins load again on next use)."""
     global _default
     _default = None
+
+
+def warn_unknown_variables(registry: Registry) -> None:
+    """Warn about each ``ACCELBACKENDS_*`` variable that nothing reads (a misspelt name would
+    otherwise be ignored without a word), as ``info`` lists them."""
+    for name, note in registry.unknown_variables.items():
+        if (name, note) not in _warned_variables:  # once per process (forked ranks inherit it)
+            _warned_variables.add((name, note))
+            warnings.warn(f"{name} is set but {note}", AccelBackendsWarning, stacklevel=3)
+
+
+_warned_variables: set[tuple[str, str]] = set()

@@ -9,7 +9,7 @@ may hold an import lock or a driver library's lock must not be copied into a for
 
 Why threads and not a probe subprocess, as conda does for CUDA: a child interpreter that loads
 the plugins and runs detection costs 0.3 to 0.5 s on every ``info``, ``select()`` and ``init()``
-(see docs/performance.md), where a thread costs about 0.1 ms; a plugin that hangs is rare, and
+(see benchmarks/README.md), where a thread costs about 0.1 ms; a plugin that hangs is rare, and
 the one thing a stuck thread could still break, a fork, is avoided.
 """
 

@@ -67,8 +67,17 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
     value = environ.get(SECRET)
     if value is None or not value.strip():
         path = user_secret_path(environ)
-        state = "" if path.exists() else "; created on first use"
-        return f"per-user file {path} (mode 0600{state})"
+        if path.exists():
+            return f"per-user file {path} (mode 0600)"
+        problem = _cannot_create(path)
+        if problem is not None:
+            # What the first job of more than one rank would hit, told now (info, check).
+            raise ConfigError(
+                f"the per-user secret file {path} cannot be created ({problem}), so a job of "
+                f"more than one rank would fail; set {SECRET} to a secret value or file shared "
+                "by every rank, or make that directory writable"
+            )
+        return f"per-user file {path} (mode 0600; created on first use)"
     if value.strip().lower() == OFF:
         return (
             f"off: membership is not checked ({SECRET}=off); any process that reaches "
@@ -79,6 +88,20 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
         _check_file(path, SECRET)
         return f"{SECRET} file {path}"
     return f"{SECRET} (a value, {len(value.strip())} characters)"
+
+
+def _cannot_create(path: Path) -> str | None:
+    """Why ``path`` could not be created by this user (its nearest existing ancestor is not a
+    writable directory), or None where it could; creates nothing."""
+    for parent in path.parents:
+        if not os.path.lexists(parent):
+            continue
+        if not parent.is_dir():
+            return f"{parent} is not a directory"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"{parent} is not writable by this user"
+        return None
+    return None
 
 
 def info_line(env: Mapping[str, str] | None = None) -> str:

@@ -21,9 +21,18 @@ HERE = Path(__file__).parent
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
+#: How to install each framework: DeepSpeed is not in the frameworks extra (its source build
+#: imports torch, so it needs the installed torch and no build isolation).
+_INSTALL = {
+    "deepspeed": "DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed, as "
+    ".ci/frameworks.sh does",
+}
+
+
 def _needs(module: str) -> None:
     if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed (pip install -e '.[frameworks]')")
+        how = _INSTALL.get(module, "pip install -e '.[frameworks]'")
+        pytest.skip(f"{module} is not installed ({how})")
 
 
 def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from ...plugin.errors import (
     first_line,
 )
 from ..text import plural, say
-from .options import Options, check_memory, parse_options
+from .options import Options, check_memory, check_ranks, oversubscription, parse_options
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
@@ -36,10 +37,12 @@ def run(args: argparse.Namespace) -> int:
     """``accelbackends check``; returns the exit code, raises errors for the CLI to report."""
     from ...job.recognise import recognise
     from ...job.select import select
-    from ...registry.facade import default_registry
+    from ...registry.facade import default_registry, warn_unknown_variables
 
     registry = default_registry()
     options = parse_options(args, registry.env)
+    warn_unknown_variables(registry)
+    _refuse_what_info_refuses(registry.env)
     # The whole selection is validated here, before any rank starts: a wrong override is exit 2
     # with one line, not one traceback per rank.
     selection = select(registry=registry)
@@ -51,12 +54,34 @@ def run(args: argparse.Namespace) -> int:
                 f"--nproc={args.nproc} cannot be used under {cluster.launcher}, which started "
                 f"{cluster.world_size} {plural(cluster.world_size, 'rank')}; the launcher "
                 "decides how many ranks run"
+                + (
+                    f" (torchrun --nproc-per-node {args.nproc} -m accelbackends check)"
+                    if cluster.launcher == "torchrun"
+                    else ""
+                )
             )
         check_memory(options, device_type, cluster.local_world_size)
         return _join_launcher(options, selection, cluster)
     nproc = args.nproc or _default_nproc(selection)
+    check_ranks(nproc)
     check_memory(options, device_type, nproc)
+    crowded = oversubscription(nproc, device_type)
+    if crowded is not None and not options.json:
+        say(crowded)
     return _standalone(options, selection, nproc)
+
+
+def _refuse_what_info_refuses(env: Mapping[str, str]) -> None:
+    """The variables ``info`` calls bad input are bad input here too (exit 2), also where this
+    check would not read them: a standalone check uses no secret (its ranks meet on a private
+    local socket), but the user's first job of more than one rank would fail on it."""
+    from ...plugin import config
+    from ...rendezvous import secret
+
+    problems = config.validate(env)
+    if problems:
+        raise ConfigError(next(iter(problems.values())))
+    secret.secret_source(env)
 
 
 def _default_nproc(selection: Selection) -> int:

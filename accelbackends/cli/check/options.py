@@ -16,13 +16,27 @@ from ...plugin.errors import ConfigError
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 
-__all__ = ["Options", "add_arguments", "check_memory", "parse_options"]
+__all__ = [
+    "Options",
+    "add_arguments",
+    "check_memory",
+    "check_ranks",
+    "oversubscription",
+    "parse_options",
+]
 
 DEFAULT_TIMEOUT = 60.0
 MIN_RENDEZVOUS_TIMEOUT = 30.0
 DEFAULT_MIN_BYTES = 1 * KIB
 DEFAULT_MAX_BYTES_CPU = 64 * MIB
 DEFAULT_MAX_BYTES_ACCELERATOR = 1 * GIB
+#: --iters and --warmup above this are refused: 10 000 timed iterations of the largest size
+#: already take minutes, and a larger count only ends in the step timeout.
+MAX_ITERS = 10_000
+#: Local ranks per CPU core beyond which --nproc is refused: each rank is a process with its
+#: own torch, and 32 ranks on 2 cores already take minutes.
+MAX_RANKS_PER_CORE = 32
+MIN_RANKS_LIMIT = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_integer(1),
         metavar="N",
         help="local ranks to start (default: the accelerator's device count; 2 on CPU); "
-        "not used under a launcher, which decides",
+        "not used under a launcher, which decides: under torchrun give torchrun's own "
+        "--nproc-per-node N before -m accelbackends (torchrun takes a --nproc after it for "
+        "its own option and stops with 'ambiguous option')",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument(
@@ -55,14 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--iters",
-        type=_integer(1),
+        type=_integer(1, MAX_ITERS, "or leave --iters out for the automatic count"),
         metavar="N",
         help=f"timed iterations per size (default: automatic, about {AUTO_SECONDS_PER_SIZE:g} s "
-        f"per size, {AUTO_MIN_ITERS} to {AUTO_MAX_ITERS})",
+        f"per size, {AUTO_MIN_ITERS} to {AUTO_MAX_ITERS}; at most {MAX_ITERS})",
     )
     parser.add_argument(
         "--warmup",
-        type=_integer(0),
+        type=_integer(0, MAX_ITERS),
         default=DEFAULT_WARMUP,
         metavar="N",
         help=f"untimed iterations before each size (default {DEFAULT_WARMUP})",
@@ -82,11 +98,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _integer(low: int) -> Callable[[str], int]:
+def _integer(low: int, high: int | None = None, otherwise: str = "") -> Callable[[str], int]:
     def integer(text: str) -> int:
-        if not re.fullmatch(r"\s*[+-]?\d+\s*", text) or int(text) < low:
-            raise argparse.ArgumentTypeError(f"{text!r} is not valid; use an integer >= {low}")
-        return int(text)
+        number = int(text) if re.fullmatch(r"\s*[+-]?\d+\s*", text) else None
+        if number is None or number < low or (high is not None and number > high):
+            accepted = (
+                f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+            )
+            hint = f", {otherwise}" if otherwise else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not valid; use {accepted}{hint}")
+        return number
 
     return integer
 
@@ -173,6 +194,38 @@ def _check_plot_target(target: str) -> None:
         )
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_ranks(nproc: int) -> None:
+    """Refuse a --nproc this node cannot start: every rank is a process with its own torch."""
+    cores = _cores()
+    limit = max(MIN_RANKS_LIMIT, MAX_RANKS_PER_CORE * cores)
+    if nproc > limit:
+        raise ConfigError(
+            f"--nproc={nproc} is more local ranks than this node can run: it has {cores} CPU "
+            f"{'core' if cores == 1 else 'cores'} for this process, and each rank is a process "
+            f"with its own torch; use --nproc {limit} or fewer (one rank per device or core is "
+            "what a job runs)"
+        )
+
+
+def oversubscription(nproc: int, device_type: str) -> str | None:
+    """A note where more CPU ranks than cores share the node, else None."""
+    cores = _cores()
+    if device_type != "cpu" or nproc <= cores:
+        return None
+    return (
+        f"note: {nproc} CPU ranks on {cores} {'core' if cores == 1 else 'cores'}: the ranks take "
+        "turns on the cores, so the check takes longer (minutes for 16 ranks per core) and its "
+        f"bandwidth measures the crowding, not the node; --nproc {cores} or fewer avoids it"
+    )
+
+
 def check_memory(options: Options, device_type: str, local_ranks: int) -> None:
     """On CPU every local rank keeps its buffers in this node's memory: refuse a sweep that
     cannot fit rather than have the kernel kill a rank halfway through."""
@@ -188,5 +241,5 @@ def check_memory(options: Options, device_type: str, local_ranks: int) -> None:
         raise ConfigError(
             f"--max-bytes={format_size(top)} needs about {format_size(need)} across "
             f"{local_ranks} local ranks, more than half of this node's {format_size(physical)}; "
-            "use a smaller --max-bytes"
+            "use a smaller --max-bytes or fewer ranks"
         )

@@ -23,9 +23,13 @@ def ascend_node(
     control: tuple[str, ...] = CONTROL,
     driver: str | None = "24.1.rc1",
     install_path: str | None = None,
+    cann: str | None = "/usr/local/Ascend/ascend-toolkit/latest",
 ) -> FakeTree:
-    """``npus`` NPU nodes, the ``control`` nodes, and the driver's ``version.info`` (under
-    ``install_path`` recorded in ``/etc/ascend_install.info`` where given)."""
+    """``npus`` NPU nodes, the ``control`` nodes, the driver's ``version.info`` (under
+    ``install_path`` recorded in ``/etc/ascend_install.info`` where given), and the CANN
+    toolkit's ``lib64/libhccl.so`` under ``cann`` (None: no CANN)."""
+    if cann is not None:
+        tree.write(f"{cann}/lib64/libhccl.so")
     for index in range(npus):
         tree.write(f"/dev/davinci{index}")
     for node in control:

@@ -44,6 +44,38 @@ def test_no_device_nodes_with_a_driver_points_at_the_container(
     )
 
 
+def test_npus_with_torch_npu_but_no_cann_say_that_import_torch_fails(
+    accelbackends_tree: FakeTree, accelbackends_stack: FakeStack
+) -> None:
+    result = detect(ascend_node(accelbackends_tree, 2, cann=None), site(accelbackends_stack))
+    assert not result.available
+    assert result.reason.startswith(
+        "2 Ascend NPUs as /dev/davinci* device nodes (driver 24.1.rc1); torch-npu 2.6.0.post3, "
+        "but Ascend's CANN toolkit is not installed (no lib64/libhccl.so under "
+        "$ASCEND_HOME_PATH or $ASCEND_TOOLKIT_HOME or /usr/local/Ascend/ascend-toolkit/latest "
+        "or /usr/local/Ascend/cann): import torch fails while torch-npu is installed"
+    )
+    assert result.reason.endswith("install CANN and source its set_env.sh, or uninstall torch-npu")
+
+
+def test_cann_is_found_where_set_env_sh_says(
+    accelbackends_tree: FakeTree, accelbackends_stack: FakeStack
+) -> None:
+    tree = ascend_node(accelbackends_tree, 1, cann="/opt/cann/8.1")
+    result = detect(tree, site(accelbackends_stack), {"ASCEND_HOME_PATH": "/opt/cann/8.1"})
+    assert result.available, result.reason
+
+
+def test_torch_npu_without_an_npu_or_cann_says_both(
+    accelbackends_tree: FakeTree, accelbackends_stack: FakeStack
+) -> None:
+    result = detect(accelbackends_tree, site(accelbackends_stack))
+    assert result.reason.startswith(
+        "no Ascend NPU (no /dev/davinci<N> device nodes); torch-npu 2.6.0.post3 is installed, "
+        "but there is no NPU for it, and Ascend's CANN toolkit is not installed"
+    )
+
+
 def test_an_empty_machine_says_there_are_no_device_nodes(
     accelbackends_tree: FakeTree, accelbackends_stack: FakeStack
 ) -> None:

@@ -26,8 +26,10 @@ __all__ = [
     "HABANA",
     "TORCH_NPU",
     "Devices",
+    "cann_missing",
     "detect",
     "driver_version",
+    "find_cann",
     "find_devices",
     "installed",
     "verdict",
@@ -39,6 +41,12 @@ TORCH_NPU = "torch_npu"
 HABANA = "habana-torch-plugin"
 #: Control nodes the Ascend runtime opens besides the NPU's own node.
 CONTROL_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+#: Where CANN's ``set_env.sh`` says the toolkit is, and its default install paths (CANN 8 and
+#: earlier ``ascend-toolkit/latest``, later releases ``cann``).
+CANN_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+CANN_PATHS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
+#: The CANN library torch_npu links against first (its import fails without it).
+CANN_LIBRARY = "lib64/libhccl.so"
 _INSTALL_INFO = "/etc/ascend_install.info"
 _DEFAULT_INSTALL_PATH = "/usr/local/Ascend"
 _NPU_NODE = re.compile(r"davinci(\d+)")
@@ -67,6 +75,31 @@ def driver_version(probe: plugin.Probe) -> str | None:
     return sysfs.read_keyed(version_info, "=").get("Version") or None
 
 
+def find_cann(probe: plugin.Probe) -> str | None:
+    """The CANN toolkit directory that holds ``lib64/libhccl.so``, or None where none does."""
+    candidates = [probe.env.get(name, "").strip() for name in CANN_VARIABLES]
+    for base in [c for c in candidates if c] + list(CANN_PATHS):
+        if sysfs.exists(probe.path(f"{base.rstrip('/')}/{CANN_LIBRARY}")):
+            return base
+    return None
+
+
+def cann_missing(env: Mapping[str, str]) -> str:
+    """What a missing CANN toolkit means for torch_npu, with what to do."""
+    where = " or ".join(f"${name}" for name in CANN_VARIABLES) + " or " + " or ".join(CANN_PATHS)
+    autoload_off = env.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "").strip() == "0"
+    effect = (
+        "import torch_npu fails"
+        if autoload_off
+        else "import torch fails while torch-npu is installed (torch loads it at import; "
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off)"
+    )
+    return (
+        f"Ascend's CANN toolkit is not installed (no {CANN_LIBRARY} under {where}): {effect}; "
+        "install CANN and source its set_env.sh, or uninstall torch-npu"
+    )
+
+
 def installed(name: str, probe: plugin.Probe) -> str | None:
     """``name version`` of an installed distribution, from its metadata; None when absent."""
     found = packages.installed(name, paths=probe.packages)
@@ -83,8 +116,12 @@ def verdict(
     torch_npu: str | None,
     habana: str | None,
     env: Mapping[str, str],
+    cann: str | None = "",
 ) -> plugin.Detection:
-    """The detection verdict from what the probe found, with a reason that says what to do."""
+    """The detection verdict from what the probe found, with a reason that says what to do.
+
+    ``cann``: the CANN toolkit directory, None where none was found ("" where not looked for).
+    """
     driver_note = f"driver {driver}" if driver else "no driver version.info found"
     if not devices.ids:
         reason = "no Ascend NPU (no /dev/davinci<N> device nodes)"
@@ -95,6 +132,8 @@ def verdict(
             )
         if torch_npu:
             reason += f"; {torch_npu} is installed, but there is no NPU for it"
+            if cann is None:
+                reason += f", and {cann_missing(env)}"
         return plugin.Detection(False, 0, reason)
     found = f"{_plural(len(devices.ids))} as /dev/davinci* device nodes ({driver_note})"
     if devices.missing:
@@ -113,6 +152,8 @@ def verdict(
             f"{found}, but torch_npu is not installed — install torch-npu, the release that "
             "matches your torch and CANN versions",
         )
+    if cann is None:
+        return plugin.Detection(False, 0, f"{found}; {torch_npu}, but {cann_missing(env)}")
     reason = f"{found}; {torch_npu}"
     if habana:
         reason += (
@@ -145,4 +186,5 @@ def detect(probe: plugin.Probe) -> plugin.Detection:
         installed(TORCH_NPU, probe),
         installed(HABANA, probe),
         probe.env,
+        find_cann(probe),
     )
