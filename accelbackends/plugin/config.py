@@ -29,6 +29,7 @@ __all__ = [
     "MIN_SECONDS",
     "SECRET",
     "SHARE_DEVICES",
+    "STANDALONE",
     "TIMEOUT",
     "overrides",
     "parse_bool",
@@ -57,6 +58,7 @@ NVML = PREFIX + "NVML"
 SECRET = PREFIX + "SECRET"
 PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
+STANDALONE = PREFIX + "STANDALONE"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
 #: and a test checks this table against the reference docs.
@@ -74,6 +76,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
     PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
+    STANDALONE: "1: a world smaller than the scheduler's allocation is meant (no cross-check)",
 }
 
 #: The range of a number of seconds: below a millisecond torch rounds a timeout to zero (no wait
@@ -214,6 +217,7 @@ def validate(env: Mapping[str, str]) -> dict[str, str]:
         RENDEZVOUS_TIMEOUT: parse_seconds,
         SHARE_DEVICES: parse_bool,
         EAGER_INIT: parse_bool,
+        STANDALONE: parse_bool,
         NVML: _check_nvml,
     }
     problems: dict[str, str] = {}
