@@ -47,7 +47,13 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     require(env, "Ray Train", *TRAIN_VARIABLES)
     r = Reader(env, "ray")
     values = {field: r.read(field, var) for field, var in _FIELDS.items()}
-    r.check_counts(**values)
+    r.check_counts(
+        values["rank"],
+        values["world_size"],
+        values["local_rank"],
+        values["local_world_size"],
+        values["node_rank"],
+    )
     job = env.get("RAY_JOB_ID", "").strip()
     if job:
         r.sources["run_id"] = "RAY_JOB_ID"
@@ -58,7 +64,11 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
         hint=" (accelbackends.integrations.ray.TorchConfig sets it for workers on several nodes)",
     )
     return r.cluster(
-        **values,
+        rank=values["rank"],
+        world_size=values["world_size"],
+        local_rank=values["local_rank"],
+        local_world_size=values["local_world_size"],
+        node_rank=values["node_rank"],
         master_addr=addr,
         master_port=port,
         run_id=f"ray/{job}" if job else "",

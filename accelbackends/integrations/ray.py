@@ -120,7 +120,7 @@ class TorchConfig(RayTorchConfig):  # type: ignore[misc]
 
     backend: str | None = None
     init_method: str = "env"
-    timeout_s: float | None = None  # type: ignore[assignment]
+    timeout_s: float | None = None
     accelerator: str | None = None
     rendezvous_timeout_s: float | None = None
     cpu_affinity: str | bool | None = None
@@ -178,14 +178,14 @@ class _TrainingThread:
 
         context = accelbackends.attach()
         device = context.device
-        module = getattr(torch, device.type, None)
+        module: Any = getattr(torch, device.type, None)
         if device.type != "cpu" and device.index is not None and hasattr(module, "set_device"):
             module.set_device(device)
         if context.cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, context.cpus)
 
-    def __exit__(self, *exc: object) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _node_id() -> str:
@@ -268,8 +268,7 @@ class _AccelBackendsBackend(Backend):  # type: ignore[misc]
         ]
         contexts = ray.get(started)
         logger.info(
-            "accelbackends.init() made a process group of %d workers: %s with %s, rendezvous "
-            "at %s",
+            "accelbackends.init() made a process group of %d workers: %s with %s, rendezvous at %s",
             len(contexts),
             contexts[0]["accelerator"],
             contexts[0]["backend"],
