@@ -53,6 +53,9 @@ def train(config: dict[str, str]) -> None:
         "rendezvous_timeout": ctx.rendezvous_timeout,
         "reason": ctx.reason,
         "thread": threading.current_thread().name,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "context_cpus": sorted(ctx.cpus or ()),
+        "cpu_affinity": ctx.cpu_affinity,
         "env_world_size": os.environ.get("WORLD_SIZE"),
         "weights": [p.detach().flatten().tolist() for p in model.parameters()],
     }
@@ -66,7 +69,8 @@ def main() -> None:
     TorchTrainer(
         train,
         train_loop_config={"out": str(OUT)},
-        torch_config=TorchConfig(rendezvous_timeout_s=60),
+        # "on": cores of its own per worker where there are enough, else the NUMA node's.
+        torch_config=TorchConfig(rendezvous_timeout_s=60, cpu_affinity="on"),
         scaling_config=ScalingConfig(num_workers=2),
         run_config=run,
     ).fit()

@@ -62,6 +62,9 @@ def test_two_ray_train_workers_train_on_the_group_accelbackends_made(
         assert report["rendezvous_timeout"] == 60.0
         assert report["reason"]
         assert report["thread"].startswith("TrainingThread")  # attach() in Ray's own thread
+        # CPU affinity as asked, applied again in the training thread (masks are per thread).
+        assert report["cpu_affinity"] != "off"
+        assert report["context_cpus"] and report["cpus"] == report["context_cpus"]
     # Different starting weights and data per rank: only DDP's all-reduce makes them equal.
     assert reports[0]["weights"] == reports[1]["weights"]
 
