@@ -72,6 +72,7 @@ class Signal:
             nodes it reserved): what a per-node launcher such as torchrun must span.
         per_node: The processes it reserved room for on each node, where it says.
         fix: How to launch so that the world is the job.
+        copies_said: How it came to `copies`, for the message (``{n}`` is the number).
     """
 
     scheduler: str
@@ -80,6 +81,7 @@ class Signal:
     copies: int | None = None
     per_node: int | None = None
     fix: str = ""
+    copies_said: str = "started {n} copies of it"
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def _int(env: Mapping[str, str], *names: str) -> tuple[int, str] | None:
 
 
 def _joined(*found: tuple[int, str] | None) -> str:
-    return ", ".join(text for item in found if item is not None for _, text in [item])
+    return ", ".join(item[1] for item in found if item is not None)
 
 
 def _slurm(env: Mapping[str, str], launcher: str) -> Signal | None:
@@ -155,6 +157,7 @@ def _slurm(env: Mapping[str, str], launcher: str) -> Signal | None:
         _joined(tasks, nodes),
         processes=max(tasks[0] if tasks else 1, nodes[0] if nodes else 1),
         copies=nodes[0] if nodes else None,
+        copies_said="allocated {n} nodes for it",
         fix="launch with srun: `srun python train.py` in the batch script starts every task "
         "of the allocation (or `srun --ntasks-per-node=1 torchrun --nnodes "
         "$SLURM_JOB_NUM_NODES ...` for torchrun)",
@@ -294,7 +297,7 @@ def _outer_problem(
             if agents < signal.copies:
                 return (
                     f"torchrun's job spans {agents} node{'s' if agents != 1 else ''} ({how}), "
-                    f"but {signal.scheduler} started {signal.copies} copies of it "
+                    f"but {signal.scheduler} {signal.copies_said.format(n=signal.copies)} "
                     f"({signal.variables}): each would train a job of its own. Fix: use "
                     f"torchrun --nnodes {signal.copies} with one --rdzv-endpoint for all of "
                     f"them (rank 0's host:port), or {signal.fix}; {_STANDALONE_HINT}"

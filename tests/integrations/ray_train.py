@@ -2,8 +2,9 @@
 
 ``python ray_train.py OUT`` runs two trainers in one Ray session (Ray's start-up is most of the
 time): two workers train a small model with DDP, and each writes what ``accelbackends.attach()``
-said and its final weights to ``OUT/rank<N>.json``; then Ray gives one worker a (declared) GPU
-while accelbackends selects cpu, and the failure's message goes to ``OUT/error.txt``.
+said and its final weights to ``OUT/rank<N>.json``; under Ray's own TorchConfig each worker
+writes what ``attach()`` says to ``OUT/attached<N>.json``; then Ray gives one worker a (declared)
+GPU while accelbackends selects cpu, and the failure's message goes to ``OUT/error.txt``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def train(config: dict[str, str]) -> None:
     (Path(config["out"]) / f"rank{ctx.rank}.json").write_text(json.dumps(report))
 
 
+def attach_only(config: dict[str, str]) -> None:
+    """Under Ray's own TorchConfig, which made the group: what attach() says."""
+    import accelbackends
+
+    ctx = accelbackends.attach()
+    report = {"launcher": ctx.launcher, "world_size": ctx.world_size, "rank": ctx.rank}
+    (Path(config["out"]) / f"attached{ctx.rank}.json").write_text(json.dumps(report))
+
+
 def main() -> None:
     # One declared GPU: Ray hands it out to a worker that asks, though this machine has none.
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
@@ -72,6 +82,12 @@ def main() -> None:
         # "on": cores of its own per worker where there are enough, else the NUMA node's.
         torch_config=TorchConfig(rendezvous_timeout_s=60, cpu_affinity="on"),
         scaling_config=ScalingConfig(num_workers=2),
+        run_config=run,
+    ).fit()
+    TorchTrainer(
+        attach_only,
+        train_loop_config={"out": str(OUT)},
+        scaling_config=ScalingConfig(num_workers=2),  # Ray's own TorchConfig
         run_config=run,
     ).fit()
     try:

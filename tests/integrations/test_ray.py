@@ -20,10 +20,14 @@ HERE = Path(__file__).parent
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
+Run = tuple[list[dict[str, Any]], list[dict[str, Any]], str]
+
+
 @pytest.fixture(scope="module")
-def ray_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], str]:
-    """One Ray session running both trainers of ``ray_train.py``: (each rank's report, the
-    error of the trainer whose GPU request disagrees with the selection)."""
+def ray_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One Ray session running the trainers of ``ray_train.py``: (each rank's report, what
+    attach() said under Ray's own TorchConfig, the error of the trainer whose GPU request
+    disagrees with the selection)."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed (pip install 'ray[train]'; .ci/engines.sh does)")
     out = tmp_path_factory.mktemp("ray")
@@ -44,13 +48,14 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, An
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     reports = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-    return reports, (out / "error.txt").read_text()
+    attached = [json.loads(p.read_text()) for p in sorted(out.glob("attached*.json"))]
+    return reports, attached, (out / "error.txt").read_text()
 
 
 def test_two_ray_train_workers_train_on_the_group_accelbackends_made(
-    ray_run: tuple[list[dict[str, Any]], str],
+    ray_run: Run,
 ) -> None:
-    reports, _ = ray_run
+    reports, _, _ = ray_run
     assert [r["rank"] for r in reports] == [0, 1]
     for report in reports:
         assert (report["world_size"], report["group_world_size"]) == (2, 2)
@@ -70,9 +75,54 @@ def test_two_ray_train_workers_train_on_the_group_accelbackends_made(
 
 
 def test_a_ray_gpu_request_beside_a_cpu_selection_fails_naming_both(
-    ray_run: tuple[list[dict[str, Any]], str],
+    ray_run: Run,
 ) -> None:
-    _, error = ray_run
+    _, _, error = ray_run
     assert "ConfigError" in error, error
     assert "Ray gave each worker {GPU: 1}" in error
     assert "accelbackends selected the cpu accelerator" in error
+
+
+def test_attach_under_rays_own_torch_config_names_the_ray_launcher(ray_run: Run) -> None:
+    _, attached, _ = ray_run
+    assert [(a["launcher"], a["rank"], a["world_size"]) for a in attached] == [
+        ("ray", 0, 2),
+        ("ray", 1, 2),
+    ]
+
+
+@pytest.mark.parametrize(
+    "resources, accelerator, named",
+    [
+        ({"CPU": 1, "GPU": 1}, "cpu", "Ray gave each worker {GPU: 1}"),
+        ({"CPU": 1}, "cuda", "Ray gave the workers no GPU"),
+        ({"CPU": 1, "GPU": 1}, "hpu", "selected the hpu accelerator"),
+    ],
+)
+def test_rays_resource_request_against_the_selection_names_both(
+    resources: dict[str, float], accelerator: str, named: str
+) -> None:
+    ray_module = pytest.importorskip(
+        "accelbackends.integrations.ray", reason="ray is not installed"
+    )
+    problem = ray_module.check_resources(resources, accelerator)
+    assert problem is not None and named in problem
+
+
+@pytest.mark.parametrize(
+    "resources, accelerator",
+    [
+        ({"CPU": 1}, "cpu"),
+        ({"GPU": 1}, "cuda"),
+        ({"GPU": 1}, "xpu"),
+        ({"HPU": 1}, "hpu"),
+        ({"CPU": 1}, "someones_accelerator"),
+    ],
+)
+def test_rays_resource_request_that_matches_the_selection_passes(
+    resources: dict[str, float], accelerator: str
+) -> None:
+    ray_module = pytest.importorskip(
+        "accelbackends.integrations.ray", reason="ray is not installed"
+    )
+    assert ray_module.check_resources(resources, accelerator) is None
