@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from ..plugin import ClusterInfo, hookimpl
 from ._common import Reader, require
 
-__all__ = ["RAY_MARKERS", "TRAIN_VARIABLES", "accelbackends_cluster_environment", "is_ray_worker"]
+__all__ = ["accelbackends_cluster_environment", "is_ray_worker"]
 
 #: Set by Ray in every worker process it starts.
-RAY_MARKERS = ("RAY_RAYLET_PID", "RAY_JOB_ID")
+_MARKERS = ("RAY_RAYLET_PID", "RAY_JOB_ID")
 _FIELDS = {
     "rank": "RANK",
     "world_size": "WORLD_SIZE",
@@ -32,19 +32,19 @@ _FIELDS = {
     "node_rank": "NODE_RANK",
 }
 #: What Ray Train's torch backend sets in each worker.
-TRAIN_VARIABLES = tuple(_FIELDS.values())
+_TRAIN_VARIABLES = tuple(_FIELDS.values())
 
 
 def is_ray_worker(env: Mapping[str, str]) -> bool:
     """True in a process Ray started (a task or actor, Ray Train's workers among them)."""
-    return any(env.get(marker, "").strip() for marker in RAY_MARKERS)
+    return any(env.get(marker, "").strip() for marker in _MARKERS)
 
 
 @hookimpl
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
     if not is_ray_worker(env) or ("RANK" not in env and "WORLD_SIZE" not in env):
         return None
-    require(env, "Ray Train", *TRAIN_VARIABLES)
+    require(env, "Ray Train", *_TRAIN_VARIABLES)
     r = Reader(env, "ray")
     values = {field: r.read(field, var) for field, var in _FIELDS.items()}
     r.check_counts(
