@@ -101,7 +101,12 @@ def collect(registry: Registry, *, show_all: bool = False) -> dict[str, Any]:
             selected["error"] = failed(exc)
     else:
         selected["error"] = f"not selected: {plugins_error}"
-    cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
+    cluster: dict[str, Any] = {
+        "launcher": None,
+        **dict.fromkeys(_CLUSTER_KEYS),
+        "sources": {},
+        "world_check": None,
+    }
     found = None
     try:
         found = registry.cluster_environment() if plugins_error is None else None
