@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..job import affinity
+from ..job import affinity, worldcheck
 from ..job.recognise import recognise
 from ..job.select import select
 from ..plugin import config
@@ -120,7 +120,12 @@ def collect(
             selected["error"] = failed(exc)
     else:
         selected["error"] = f"not selected: {plugins_error}"
-    cluster: dict[str, Any] = {"launcher": None, **dict.fromkeys(_CLUSTER_KEYS), "sources": {}}
+    cluster: dict[str, Any] = {
+        "launcher": None,
+        **dict.fromkeys(_CLUSTER_KEYS),
+        "sources": {},
+        "world_check": None,
+    }
     found = None
     try:
         found = recognise(registry) if plugins_error is None else None
@@ -149,6 +154,12 @@ def collect(
                     # Only a warning: info may run where the compute nodes' names do not
                     # resolve (a login node); rank 0 refuses the same name with exit 2.
                     cluster["warning"] = network.master_addr_problem(found.master_addr, where)
+    if found is not None:
+        cluster["world_check"] = _world_check(registry, found, selection)
+        if cluster["world_check"]["error"] is not None and cluster.get("error") is None:
+            cluster["error"] = cluster["world_check"]["error"]
+            errors.append(cluster["error"])
+            bad_input.append(True)
     cpu_affinity: dict[str, Any] = {"error": "not planned: no accelerator was selected"}
     if selection is not None and found is not None:
         try:
@@ -184,6 +195,33 @@ def collect(
         "versions": versions(),
         "platform": platform_name(),
     }
+
+
+def _world_check(registry: Registry, found: Any, selection: Any) -> dict[str, Any]:
+    """`accelbackends.job.worldcheck`'s verdict as ``init()`` would reach it: the recognised world
+    against every other launcher's and scheduler's variables, and Kubeflow's process count
+    against the selected accelerator's devices."""
+    report: dict[str, Any] = {"signals": [], "standalone": False, "skipped": "", "error": None}
+    try:
+        meant = worldcheck.standalone(None, registry.env)
+        verdict = worldcheck.check(found, registry.env, standalone=meant)
+    except AccelBackendsError as exc:
+        report["error"] = first_line(exc)
+        return report
+    report.update(
+        signals=[
+            {"scheduler": s.scheduler, "variables": s.variables, "processes": s.processes}
+            for s in verdict.signals
+        ],
+        standalone=verdict.standalone,
+        skipped=verdict.skipped,
+        error=verdict.problem,
+    )
+    if verdict.problem is None and selection is not None:
+        report["error"] = worldcheck.check_devices(
+            found, selection.status, registry.env, standalone=meant
+        )
+    return report
 
 
 def _torch_section(import_torch: bool) -> dict[str, Any]:
@@ -286,6 +324,17 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         lines[-1] += f": error: {cluster['error']}"
     if cluster.get("warning"):
         lines.append(f"  warning: {cluster['warning']}")
+    check = cluster.get("world_check")
+    if check is not None and check["error"] is None:
+        seen = "; ".join(f"{s['scheduler']}: {s['variables']}" for s in check["signals"])
+        if check["skipped"]:
+            lines.append(f"  world check: not compared: {check['skipped']}")
+        elif check["standalone"] and seen:
+            lines.append(
+                f"  world check: standalone (ACCELBACKENDS_STANDALONE): not compared with {seen}"
+            )
+        elif seen:
+            lines.append(f"  world check: agrees with {seen}")
     if cluster["launcher"] is not None:
         sources = cluster["sources"]
         rows = [

@@ -8,44 +8,55 @@ The order follows one rule: **the launcher that started this process wins over o
 an ancestor of it**, because a launcher sets its own variables last and the outer launcher's
 variables are merely inherited. Launchers nest in practice like this:
 
-1. ``torchrun`` — started by ``srun``, ``mpirun`` or a Kubeflow pod, one per node; its workers
-   inherit the outer launcher's variables but only ``TORCHELASTIC_RUN_ID`` and torchrun's
-   ``RANK``/``LOCAL_RANK`` describe them.
-2. ``lsf`` — ``jsrun`` also sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI; its
+1. ``torchrun`` — started by ``srun``, ``mpirun``, a Kubeflow pod or a SkyPilot ``run`` command,
+   one per node; its workers inherit the outer launcher's variables but only
+   ``TORCHELASTIC_RUN_ID`` and torchrun's ``RANK``/``LOCAL_RANK`` describe them.
+2. ``ray`` — Ray Train's workers: Ray's own ``RAY_RAYLET_PID``/``RAY_JOB_ID`` with Ray Train's
+   ``RANK``/``WORLD_SIZE``. A Ray cluster started by ``srun ray start``, ``mpirun`` or SkyPilot
+   hands their variables down to every worker, where they describe Ray's daemons.
+3. ``lsf`` — ``jsrun`` also sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI; its
    ``JSM_NAMESPACE_*`` variables exist only when ``jsrun`` started the process.
-3. ``openmpi`` — ``mpirun`` inside a Slurm allocation starts its daemons with ``srun``, so every
+4. ``openmpi`` — ``mpirun`` inside a Slurm allocation starts its daemons with ``srun``, so every
    rank inherits a *daemon* step's ``SLURM_PROCID``/``SLURM_NTASKS``, which count nodes, not
    ranks. ``OMPI_COMM_WORLD_*`` is set only by ``mpirun``, so it wins over Slurm (and over PALS,
    which starts ``mpirun``'s daemons on Cray systems).
-4. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
+5. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
    is Hydra and sets ``PMI_RANK`` too, so it is asked before ``mpich``).
-5. ``pals``, 6. ``mpich``, 7. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
+6. ``pals``, 7. ``mpich``, 8. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
    launchers inside an allocation. The other direction: ``srun --mpi=pmi2|pmix|cray_shasta``
    starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
    variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
    and these environments step aside for ``slurm``, which also knows the node list
    (`started_by_srun`). ``pals`` likewise steps aside
    for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
-8. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
-   not one.
-9. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked before
-   ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
-10. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
+9. ``skypilot`` — a SkyPilot task's ``run`` command on each node (``SKYPILOT_NODE_RANK``); an
+   MPI launcher started from it (``mpirun`` over ``SKYPILOT_NODE_IPS``) is asked first.
+10. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
+    not one.
+11. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked
+    before ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
+12. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
     without ``RANK``, a shape ``env`` would refuse.
-11. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 12. ``single`` — none of the
+13. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 14. ``single`` — none of the
     above.
+
+Whatever answers, `accelbackends.job.worldcheck` then compares its world with every other
+launcher's and scheduler's variables in the process (a Slurm allocation, ``SKYPILOT_NUM_NODES``,
+``PET_NNODES``, MPI sizes, ``WORLD_SIZE``): a world smaller than the job is an error.
 """
 
 from __future__ import annotations
 
 BUILTIN: tuple[tuple[str, str], ...] = (
     ("torchrun", "accelbackends.environments.torchrun"),
+    ("ray", "accelbackends.environments.ray"),
     ("lsf", "accelbackends.environments.lsf"),
     ("openmpi", "accelbackends.environments.openmpi"),
     ("mvapich", "accelbackends.environments.mvapich"),
     ("pals", "accelbackends.environments.pals"),
     ("mpich", "accelbackends.environments.mpich"),
     ("pmix", "accelbackends.environments.pmix"),
+    ("skypilot", "accelbackends.environments.skypilot"),
     ("slurm", "accelbackends.environments.slurm"),
     ("kubeflow", "accelbackends.environments.kubeflow"),
     ("lightning", "accelbackends.environments.lightning"),

@@ -15,12 +15,13 @@ The rules that `Reader` applies everywhere:
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Callable, Mapping
 
 from ..plugin import ClusterInfo, ConfigError
-from ..plugin.config import shown  # the one way an error quotes a value; re-exported here
+
+# The one way an error quotes a value and the one strict integer reader; re-exported here.
+from ..plugin.config import DIGITS, MAX_COUNT, parse_int, shown
 
 __all__ = [
     "DEFAULT_PORT",
@@ -37,27 +38,11 @@ __all__ = [
     "shown",
 ]
 
-# ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
-_INT = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
-#: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
-MAX_COUNT = 2**31 - 1
 DEFAULT_PORT = 29500
 LOOPBACK = "127.0.0.1"
 # Derived ports stay below Linux's ephemeral range (32768-60999 by default), so a port the kernel
 # picked for some client connection never holds the one a job derives.
 _PORT_BASE, _PORT_SPAN = 20000, 10000
-
-
-def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
-    """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
-    match = _INT.match(value)
-    if not match:
-        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0")
-    # Compared as text first: int() of thousands of digits hits Python's conversion limit.
-    digits = match.group(1).lstrip("0") or "0"
-    if len(digits) > len(str(high)) or int(digits) > high:
-        raise ConfigError(f"{var}={shown(value)} is out of range; use an integer from 0 to {high}")
-    return int(digits)
 
 
 def read_int(env: Mapping[str, str], var: str, *, high: int = MAX_COUNT) -> int:
@@ -71,7 +56,7 @@ def read_int(env: Mapping[str, str], var: str, *, high: int = MAX_COUNT) -> int:
 
 def read_port(env: Mapping[str, str], var: str) -> int:
     value = env.get(var, "")
-    match = _INT.match(value)
+    match = DIGITS.match(value)
     digits = match.group(1).lstrip("0") if match else ""
     if len(digits) <= 5 and digits and int(digits) < 65536:
         return int(digits)

@@ -8,7 +8,18 @@ where ``RANK`` is the pod's index. A pod whose command is ``torchrun`` is recogn
 only with one process per pod, so ``PET_NPROC_PER_NODE`` above 1 without torchrun is an error
 instead of ranks that silently disagree about the world size. ``PET_NPROC_PER_NODE=auto`` is what
 the training-operator (1.7 and later) sets whenever the job's spec leaves ``nprocPerNode`` out;
-without torchrun nothing starts more processes, so there it means this one process.
+without torchrun nothing starts more processes, so there it means this one process (and
+`accelbackends.job.worldcheck` refuses it where the pod sees several devices of the selected
+accelerator: one process would train on one of them).
+
+Kubeflow Trainer v2 (``TrainJob`` with the torch-distributed runtime, its ``Torch`` plugin)
+writes ``numProcPerNode`` into ``PET_NPROC_PER_NODE`` as an integer, ``auto``, ``cpu`` or
+``gpu``, after resolving two of them against the TrainJob's ``resourcesPerNode``: ``auto``
+becomes the pod's CPU count unless some resource name contains "gpu" (so a pod of Ascend NPUs or
+Gaudi HPUs gets one process per CPU), and ``cpu`` becomes the CPU count. ``PET_NNODES`` is the
+node count, ``PET_NODE_RANK`` the pod's completion index, ``PET_MASTER_ADDR``
+``<job>-node-0-0.<job>`` and ``PET_MASTER_PORT`` 29500; there is no ``RANK``/``WORLD_SIZE``.
+`accelbackends.job.worldcheck` compares the process count with the selected accelerator's devices.
 """
 
 from __future__ import annotations
@@ -36,7 +47,10 @@ def _processes_per_pod(env: Mapping[str, str]) -> int:
         raise ConfigError(
             f"PET_NPROC_PER_NODE={count} asks for {count} processes per pod, but this process "
             "was not started by torchrun, so it would be the only one; make the container's "
-            "command `torchrun train.py` (it reads the PET_* variables)"
+            "command `torchrun train.py` (it reads the PET_* variables), or set numProcPerNode "
+            "to 1. (Kubeflow Trainer turns numProcPerNode 'auto' into the pod's CPU count "
+            'unless a resource name contains "gpu": an Ascend or Gaudi pod gets one process '
+            "per CPU)"
         )
     return count
 

@@ -26,6 +26,10 @@ LAUNCHER_PREFIXES: tuple[str, ...] = (
     "LSB_",
     "PET_",
     "MV2_",
+    "SKYPILOT_",
+    # Ray's own (RAY_RAYLET_PID, RAY_JOB_ID) mark a Ray worker; RAY_ADDRESS would send a test's
+    # local Ray to the developer's cluster.
+    "RAY_",
 )
 #: Launcher variables without a launcher-specific prefix.
 LAUNCHER_VARIABLES: tuple[str, ...] = (
@@ -34,6 +38,7 @@ LAUNCHER_VARIABLES: tuple[str, ...] = (
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
     "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
     "NODE_RANK",
     "MASTER_ADDR",
     "MASTER_PORT",

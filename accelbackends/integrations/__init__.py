@@ -8,6 +8,7 @@ the frameworks is a requirement of accelbackends.
 - `accelbackends.integrations.accelerate`: Accelerate and the transformers `Trainer` on
   the group accelbackends made.
 - `accelbackends.integrations.deepspeed`: DeepSpeed on the accelerator accelbackends chose.
+- `accelbackends.integrations.ray`: `TorchConfig`, Ray Train's workers on `accelbackends.init()`.
 """
 
 from __future__ import annotations

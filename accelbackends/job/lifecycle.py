@@ -63,7 +63,7 @@ from ..rendezvous.store import (
     quiet_torch_logs,
 )
 from ..rendezvous.store import __name__ as _rendezvous_module
-from . import affinity
+from . import affinity, worldcheck
 from . import environ as _environment
 from . import recognise as _recognition
 from .select import select
@@ -126,6 +126,7 @@ def init(
     seed_per_rank: bool = False,
     threads: int | None = None,
     cpu_affinity: str | bool | None = None,
+    standalone: bool | None = None,
     cluster: ClusterInfo | None = None,
     registry: Registry | None = None,
 ) -> Context:
@@ -150,7 +151,13 @@ def init(
         cpu_affinity: Pin this rank to CPUs near its device: `"numa"`, `"exclusive"`,
             `"auto"`/True, or `"off"`/False (overrides `ACCELBACKENDS_CPU_AFFINITY`; default
             off). See [CPU affinity](../affinity.md).
-        cluster: Use this cluster description instead of recognising the launcher.
+        standalone: A world smaller than the scheduler's allocation is meant: a one-process
+            step inside a Slurm allocation of many tasks, one independent torchrun per node
+            (overrides `ACCELBACKENDS_STANDALONE`; default off: such a world is a
+            `ConfigError` naming the scheduler's variables and the fix). See
+            [Engines](../engines/index.md).
+        cluster: Use this cluster description instead of recognising the launcher (and
+            comparing it with the scheduler's variables).
         registry: Use this registry instead of the process's default.
 
     Returns:
@@ -180,6 +187,7 @@ def init(
     if cluster is not None and not isinstance(cluster, ClusterInfo):
         raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
     pin_mode = affinity.resolve_mode(cpu_affinity, env)
+    meant_standalone = worldcheck.standalone(standalone, env)
 
     if _state is not None:
         return _same_context(
@@ -194,8 +202,11 @@ def init(
         )
 
     # step: recognise
+    recognised = cluster is None
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
+        # Before torch is imported: a world smaller than the job fails here, in milliseconds.
+        worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
     if cluster.rank == 0:  # once per job, not once per rank
         warn_unknown_variables(registry)
 
@@ -220,6 +231,12 @@ def init(
         steps.push(_forget_stores_in_traceback)
         # step: select
         selection = select(accelerator, backend, registry=registry)
+        if recognised and (
+            problem := worldcheck.check_devices(
+                cluster, selection.status, env, standalone=meant_standalone
+            )
+        ):
+            raise ConfigError(problem)
         # step: pin
         with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
             return _initialise(

@@ -17,21 +17,25 @@ __all__ = [
     "BACKEND",
     "CPU_AFFINITY",
     "DISABLE",
+    "DIGITS",
     "DISABLE_PLUGIN_AUTOLOAD",
     "EAGER_INIT",
     "KNOWN_VARIABLES",
-    "NVML",
-    "PLUGIN_TIMEOUT",
-    "PLUGINS",
-    "PREFIX",
-    "RENDEZVOUS_TIMEOUT",
+    "MAX_COUNT",
     "MAX_SECONDS",
     "MIN_SECONDS",
+    "NVML",
+    "PLUGINS",
+    "PLUGIN_TIMEOUT",
+    "PREFIX",
+    "RENDEZVOUS_TIMEOUT",
     "SECRET",
     "SHARE_DEVICES",
+    "STANDALONE",
     "TIMEOUT",
     "overrides",
     "parse_bool",
+    "parse_int",
     "parse_name_list",
     "parse_seconds",
     "read_bool",
@@ -57,6 +61,7 @@ NVML = PREFIX + "NVML"
 SECRET = PREFIX + "SECRET"
 PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
+STANDALONE = PREFIX + "STANDALONE"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
 #: and a test checks this table against the reference docs.
@@ -74,6 +79,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     SECRET: "the job's shared secret (a value, or a file path) proving membership; off: no check",
     PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
+    STANDALONE: "1: a world smaller than the scheduler's allocation is meant (no cross-check)",
 }
 
 #: The range of a number of seconds: below a millisecond torch rounds a timeout to zero (no wait
@@ -96,6 +102,25 @@ def shown(value: object) -> str:
     if len(text) <= SHOWN_CHARACTERS:
         return text
     return f"{text[: SHOWN_CHARACTERS - 1]}\u2026 ({len(text)} characters)"
+
+
+# ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
+#: A launcher's integer: optional sign ``+`` and ASCII digits, blanks around.
+DIGITS = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
+#: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
+MAX_COUNT = 2**31 - 1
+
+
+def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
+    """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
+    match = DIGITS.match(value)
+    if not match:
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0")
+    # Compared as text first: int() of thousands of digits hits Python's conversion limit.
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > len(str(high)) or int(digits) > high:
+        raise ConfigError(f"{var}={shown(value)} is out of range; use an integer from 0 to {high}")
+    return int(digits)
 
 
 def parse_bool(value: str, *, source: str) -> bool:
@@ -229,6 +254,7 @@ def validate(env: Mapping[str, str]) -> dict[str, str]:
         RENDEZVOUS_TIMEOUT: parse_seconds,
         SHARE_DEVICES: parse_bool,
         EAGER_INIT: parse_bool,
+        STANDALONE: parse_bool,
         NVML: _check_nvml,
     }
     problems: dict[str, str] = {}

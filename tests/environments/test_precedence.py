@@ -140,12 +140,14 @@ def test_the_launcher_that_started_the_process_wins_when_several_coexist(
 def test_builtin_environments_are_asked_in_the_documented_order() -> None:
     assert [name for name, _ in BUILTIN] == [
         "torchrun",
+        "ray",
         "lsf",
         "openmpi",
         "mvapich",
         "pals",
         "mpich",
         "pmix",
+        "skypilot",
         "slurm",
         "kubeflow",
         "lightning",

@@ -262,3 +262,51 @@ def srun_task(rank: int, size: int) -> dict[str, str]:
         "SLURM_LOCALID": str(rank),
         "SLURM_NODEID": "0",
     }
+
+
+#: A SkyPilot task with `num_nodes: 2` whose run command is `python train.py`, on node 1.
+SKYPILOT_NODE_1 = {
+    "SKYPILOT_NODE_RANK": "1",
+    "SKYPILOT_NUM_NODES": "2",
+    "SKYPILOT_NODE_IPS": "10.128.0.7\n10.128.0.9\n",
+    "SKYPILOT_NUM_GPUS_PER_NODE": "1",
+    "SKYPILOT_TASK_ID": "sky-2026-11-24-08-00-00-123456_mycluster_3",
+    "SKYPILOT_CLUSTER_INFO": '{"cluster_name": "mycluster", "cloud": "GCP"}',
+}
+
+#: A Ray Train worker (Ray 2.60, TorchTrainer with two CPU workers on one node), rank 1, as
+#: accelbackends' TorchConfig leaves it: no MASTER_ADDR on one node, rank 0's free port.
+RAY_TRAIN_WORKER = {
+    "RAY_JOB_ID": "01000000",
+    "RAY_RAYLET_PID": "8794",
+    "RAY_CLIENT_MODE": "0",
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "NODE_RANK": "0",
+    "MASTER_PORT": "36465",
+    "OMP_NUM_THREADS": "1",
+}
+
+#: A TrainJob pod of Kubeflow Trainer v2 whose numProcPerNode 'auto' the runtime resolved to the
+#: pod's CPU count (resourcesPerNode: cpu 32 and habana.ai/gaudi 8: no "gpu" in a name), with
+#: torchrun as the command: worker 9 of torchrun's 32 on pod 0.
+TRAINJOB_GAUDI_TORCHRUN = {
+    "PET_NNODES": "2",
+    "PET_NPROC_PER_NODE": "32",
+    "PET_NODE_RANK": "0",
+    "PET_MASTER_ADDR": "llm-node-0-0.llm",
+    "PET_MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "none",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "RANK": "9",
+    "WORLD_SIZE": "64",
+    "LOCAL_RANK": "9",
+    "LOCAL_WORLD_SIZE": "32",
+    "GROUP_RANK": "0",
+    "GROUP_WORLD_SIZE": "2",
+    "MASTER_ADDR": "llm-node-0-0.llm",
+    "MASTER_PORT": "29500",
+}

@@ -63,6 +63,41 @@ def test_an_sbatch_script_calling_srun_runs_the_ranks_of_its_step(
     ], text
 
 
+def test_an_sbatch_script_that_forgot_srun_is_refused_unless_standalone(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    script, output = tmp_path / "job.sh", tmp_path / "job.out"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/sh
+            # Two tasks allocated, no srun: the program would run once, as a world of 1.
+            {sys.executable} -m accelbackends info > /dev/null 2> info.err
+            echo "INFO-EXIT $?"
+            cat info.err
+            {sys.executable} {RANK_PROGRAM}
+            echo "NO-SRUN-EXIT $?"
+            ACCELBACKENDS_STANDALONE=1 {sys.executable} {RANK_PROGRAM}
+            echo "STANDALONE-EXIT $?"
+            """
+        )
+    )
+    done = slurm.run(
+        "sbatch", "--wait", "-N1", "-n2", f"--chdir={tmp_path}", f"--output={output}", str(script)
+    )
+    text = output.read_text() if output.exists() else ""
+    assert done.returncode == 0, describe(done) + text
+    assert "INFO-EXIT 2" in text, text
+    before_run = text.split("NO-SRUN-EXIT")[0]
+    assert "SLURM_NTASKS=2" in before_run and "launch with srun" in before_run, text
+    assert "NO-SRUN-EXIT 0" not in text, text
+    assert "STANDALONE-EXIT 0" in text, text
+    standalone = reports(text.split("NO-SRUN-EXIT")[1])
+    assert [(r["launcher"], r["world_size"], r["sum"]) for r in standalone] == [
+        ("single", 1, 1.0)
+    ], text
+
+
 def test_a_two_node_allocation_gives_each_node_its_node_rank(slurm: SlurmCluster) -> None:
     done = slurm.run(
         "srun", "-N2", "-n2", "--export=ALL,MASTER_ADDR=127.0.0.1", sys.executable, RANK_PROGRAM
