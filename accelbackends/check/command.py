@@ -25,6 +25,7 @@ from .options import Options, check_memory, parse_options
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
+from .thresholds import Floor
 
 if TYPE_CHECKING:
     from ..plugin.types import ClusterInfo, Selection
@@ -44,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     selection = select(registry=registry)
     cluster = registry.cluster_environment()
     device_type = selection.spec.device_type
+    expected = selection.spec.expected_busbw_gbps
+    if expected and not options.min_busbw:
+        source = f"the {selection.status.plugin} plugin's expected busbw"
+        options = dataclasses.replace(options, min_busbw=(Floor(None, float(expected), source),))
     if cluster.launcher != "single":
         if args.nproc is not None:
             raise ConfigError(
@@ -89,14 +94,18 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         # failed first (rank 0's own error would blame the survivor).
         stalled = so_far.get("stalled") if exc.rank == 0 else None  # a rank failing first wins
         error = stalled or first_line(exc)
+        base = {
+            "world_size": nproc,
+            "accelerator": selection.accelerator,
+            "backend": selection.backend,
+            "launcher": "spawn",
+        }
+        report = failure_report(error, base | so_far)
+        # Every rank ran here: whatever failed, this node did not pass.
+        report["failing_nodes"] = sorted(report["hosts"])
+        _write_nodes(report, options)
         if options.json:
-            base = {
-                "world_size": nproc,
-                "accelerator": selection.accelerator,
-                "backend": selection.backend,
-                "launcher": "spawn",
-            }
-            print_json(failure_report(error, base | so_far))
+            print_json(report)
         raise AccelBackendsError(error) from exc
     finally:
         with contextlib.suppress(OSError):
@@ -114,8 +123,12 @@ def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo)
         try:
             report = run_rank(ctx, options, started, "")
         except AccelBackendsError as exc:
-            if ctx.rank == 0 and options.json:
-                print_json(failure_report(first_line(exc), _last_progress(exc)))
+            if ctx.rank == 0:
+                # Which node is at fault is not known here: neither list names a node.
+                report = failure_report(first_line(exc), _last_progress(exc))
+                _write_nodes(report, options)
+                if options.json:
+                    print_json(report)
             raise
     if ctx.rank != 0:
         return _exit_code(report)
@@ -124,7 +137,8 @@ def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo)
 
 def _finish(report: dict[str, Any], options: Options) -> int:
     if options.plot:
-        plot(Path(options.plot), report)
+        plot(Path(options.plot), report, options.min_busbw, options.baseline)
+    _write_nodes(report, options)
     if options.json:
         print_json(report)
     else:
@@ -132,6 +146,17 @@ def _finish(report: dict[str, Any], options: Options) -> int:
         if options.plot:
             say(f"plot: busbw against size written to {options.plot}")
     return _exit_code(report)
+
+
+def _write_nodes(report: dict[str, Any], options: Options) -> None:
+    """``--failing-nodes`` and ``--passing-nodes``: one host per line (an empty file for an
+    empty list, so that a script never reads an earlier run's list)."""
+    for target, key in (
+        (options.failing_nodes, "failing_nodes"),
+        (options.passing_nodes, "passing_nodes"),
+    ):
+        if target is not None:
+            Path(target).write_text("".join(f"{host}\n" for host in report[key]), encoding="utf-8")
 
 
 def _last_progress(exc: BaseException) -> dict[str, Any]:
