@@ -42,7 +42,7 @@ QUICK_ROUNDS = 3
 #: Timed exchanges per round aim at this long, within the bounds below.
 LINK_SECONDS = 0.1
 QUICK_LINK_SECONDS = 0.03
-MIN_ITERS, MAX_ITERS = 3, 100
+MIN_ITERS, MAX_ITERS = 5, 100
 #: The buffer each rank sends its partner: large enough to be bandwidth- rather than
 #: latency-bound on the link (4 MiB reaches Gloo's plateau on this project's machine).
 LINK_BYTES_CPU = 4 * MIB
@@ -111,24 +111,68 @@ def measure_links(
     )
     if session.stopped:
         return [], [], f"not run: {session.stopped}"
-    mine: list[tuple[int, int, float, int, str]] = []
-    for index, pairs in enumerate(rounds):
-        partner = _partner(ctx.rank, pairs)
-        name = f"link round {index + 1} of {len(rounds)}"
-        call = functools.partial(_exchange, ctx, partner, nbytes, session.control, options.quick)
-        attempt = session.attempt(call, step=name, what=name)
-        if attempt.outcome == UNSUPPORTED:
-            return [], [], f"not supported by {ctx.backend} ({attempt.error})"
-        if attempt.outcome == RAISED and partner is not None:
-            mine.append((index, partner, math.nan, 0, f"raised {attempt.error}"))
-        elif attempt.value is not None and partner is not None:
-            seconds, iters, wrong = attempt.value
-            mine.append((index, partner, seconds, iters, wrong))
-        if not attempt.go_on:
-            break
+    mine, why_not = _run_rounds(session, rounds, nbytes, "link round")
+    if why_not:
+        return [], [], why_not
     gathered = session.gather_objects(mine, "link timings")
     links = _links(rounds, gathered, hosts, nbytes)
+    judge_links(links, options.link_factor)
+    # A link found slow is measured once more, alone with its partner, and keeps its better
+    # figure: on shared cores a pair can be unlucky for a whole round, a slow link stays slow.
+    suspects = [link for link in links if link["slow"]]
+    if suspects and not session.stopped:
+        again = _disjoint([(link["kind"], *link["ranks"]) for link in suspects])
+        session.say(
+            f"      {len(suspects)} slow {plural(len(suspects), 'link')} measured again in "
+            f"{len(again)} {plural(len(again), 'round')}"
+        )
+        mine, why_not = _run_rounds(session, again, nbytes, "link retest round", quick=False)
+        if not why_not:
+            gathered = session.gather_objects(mine, "link retest timings")
+            better = {tuple(link["ranks"]): link for link in _links(again, gathered, hosts, nbytes)}
+            for link in suspects:
+                retest = better.get(tuple(link["ranks"]))
+                if retest is not None and (retest["gbps"] > link["gbps"] or not retest["ok"]):
+                    link.update(retest)
     return links, judge_links(links, options.link_factor), ""
+
+
+def _run_rounds(
+    session: Session, rounds: list[Round], nbytes: int, what: str, *, quick: bool | None = None
+) -> tuple[list[tuple[int, int, float, float, int, str]], str]:
+    """This rank's part of ``rounds``: per round with a partner, (round, partner, fastest,
+    mean, iterations, what was wrong); or why the backend cannot do it. A retest takes the
+    full budget per round (``quick=False``) even in ``--quick``."""
+    ctx, options = session.ctx, session.options
+    quick = options.quick if quick is None else quick
+    mine: list[tuple[int, int, float, float, int, str]] = []
+    for index, pairs in enumerate(rounds):
+        partner = _partner(ctx.rank, pairs)
+        name = f"{what} {index + 1} of {len(rounds)}"
+        call = functools.partial(_exchange, ctx, partner, nbytes, session.control, quick)
+        attempt = session.attempt(call, step=name, what=name)
+        if attempt.outcome == UNSUPPORTED:
+            return [], f"not supported by {ctx.backend} ({attempt.error})"
+        if attempt.outcome == RAISED and partner is not None:
+            mine.append((index, partner, math.nan, math.nan, 0, f"raised {attempt.error}"))
+        elif attempt.value is not None and partner is not None:
+            mine.append((index, partner, *attempt.value))
+        if not attempt.go_on:
+            break
+    return mine, ""
+
+
+def _disjoint(pairs: list[tuple[str, int, int]]) -> list[Round]:
+    """``pairs`` in rounds where no rank is in two pairs (first fit)."""
+    rounds: list[Round] = []
+    for pair in pairs:
+        for existing in rounds:
+            if not {pair[1], pair[2]} & {r for p in existing for r in p[1:]}:
+                existing.append(pair)
+                break
+        else:
+            rounds.append([pair])
+    return rounds
 
 
 def _partner(rank: int, pairs: Round) -> int | None:
@@ -140,7 +184,7 @@ def _partner(rank: int, pairs: Round) -> int | None:
 
 def _exchange(
     ctx: Context, partner: int | None, nbytes: int, control: Any, quick: bool
-) -> tuple[float, int, str]:
+) -> tuple[float, float, int, str]:
     """One round on this rank: warm-up, the iterations every rank agreed on, then the check of
     what arrived. A rank without a partner this round only takes part in the agreement."""
     import torch
@@ -162,11 +206,16 @@ def _exchange(
     target = QUICK_LINK_SECONDS if quick else LINK_SECONDS
     iters = min(MAX_ITERS, max(MIN_ITERS, round(target / max(estimate, 1e-9))))
     max_over_ranks(ctx, control, [0.0])  # every pair starts together
-    begin = time.perf_counter()
+    # Each exchange timed on its own, the fastest kept: load from other processes (shared cores,
+    # a neighbour's traffic) only ever slows an exchange down, while a slow link slows every one
+    # of them. The mean over all of them is kept beside it.
+    fastest, began = math.inf, time.perf_counter()
     for _ in range(iters):
+        begin = time.perf_counter()
         once()
-    synchronize(ctx.device)
-    seconds = (time.perf_counter() - begin) / iters
+        synchronize(ctx.device)
+        fastest = min(fastest, time.perf_counter() - begin)
+    mean = (time.perf_counter() - began) / iters
     wrong = ""
     if partner is not None:
         bad = int((received != float(partner + 1)).sum().item())
@@ -176,12 +225,12 @@ def _exchange(
                 f"rank {ctx.rank} received {first:g} from rank {partner}, expected "
                 f"{partner + 1} ({bad} of {count} elements wrong)"
             )
-    return seconds, iters, wrong
+    return fastest, mean, iters, wrong
 
 
 def _links(
     rounds: list[Round],
-    gathered: Sequence[Sequence[tuple[int, int, float, int, str]]],
+    gathered: Sequence[Sequence[tuple[int, int, float, float, int, str]]],
     hosts: Sequence[str],
     nbytes: int,
 ) -> list[dict[str, Any]]:
@@ -190,22 +239,25 @@ def _links(
     links = []
     for index, pairs in enumerate(rounds):
         for kind, a, b in pairs:
-            ends = [by_end.get((r, index)) for r in (a, b)]
-            if any(e is None for e in ends):
+            found = [by_end.get((r, index)) for r in (a, b)]
+            ends = [e for e in found if e is not None]
+            if len(ends) < 2:
                 continue  # the run stopped before this round
-            seconds = max(e[2] for e in ends if e is not None)
-            details = [e[4] for e in ends if e is not None and e[4]]
-            ok = not details and not math.isnan(seconds)
+            fastest = max(e[2] for e in ends)
+            mean = max(e[3] for e in ends)
+            details = [e[5] for e in ends if e[5]]
+            failed = math.isnan(fastest)
             links.append(
                 {
                     "kind": kind,
                     "ranks": [a, b],
                     "hosts": [hosts[a], hosts[b]],
                     "bytes": nbytes,
-                    "iters": min(e[3] for e in ends if e is not None),
-                    "time_us": None if math.isnan(seconds) else round(seconds * 1e6, 3),
-                    "gbps": 0.0 if math.isnan(seconds) else round(nbytes / seconds / 1e9, 6),
-                    "ok": ok,
+                    "iters": min(e[4] for e in ends),
+                    "time_us": None if failed else round(fastest * 1e6, 3),
+                    "gbps": 0.0 if failed else round(nbytes / fastest / 1e9, 6),
+                    "mean_gbps": 0.0 if failed else round(nbytes / mean / 1e9, 6),
+                    "ok": not details and not failed,
                     "detail": "; ".join(details),
                 }
             )

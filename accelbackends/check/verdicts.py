@@ -45,7 +45,7 @@ __all__ = [
 #: runs of four one-rank namespaced nodes the slowest link reached 0.55 to 0.95 of the median
 #: (the cores are shared, so two exchanges at once halve each other); a node held to a tenth of
 #: its speed reaches below 0.1. 0.4 keeps every healthy run passing with room to spare.
-DEFAULT_LINK_FACTOR = 0.4
+DEFAULT_LINK_FACTOR = 0.3
 
 INTER, INTRA = "inter-node", "intra-node"
 
