@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
 
 import os
 import signal
+import socket
 import time
 
 import accelbackends
@@ -430,8 +432,14 @@ def test_operation_the_backend_does_not_support_is_skipped_not_passed(fake_comm:
 def test_wrong_values_on_one_rank_fail_naming_the_check_and_the_rank(fake_comm: Path) -> None:
     result = run_cli("check", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "lying"})
     assert result.returncode == 1
-    verdict = result.stdout.strip().splitlines()[-1]
+    lines = result.stdout.strip().splitlines()
+    verdict = next(line for line in lines if line.startswith("verdict: "))
     assert verdict.startswith("verdict: FAILED: all_reduce sum float32 on rank 1, ")
+    # The one host is the failing node; the failed checks are not repeated as culprit lines.
+    assert lines[lines.index(verdict) + 1 :] == [
+        f"failing nodes (1 of 1): {socket.gethostname()}",
+        "passing nodes (0 of 1): -",
+    ]
     assert "3 failed" in verdict  # the sums in each dtype; max, min and the rest still pass
     assert "FAILED all_reduce sum (float32, bfloat16): rank 1: length 1, element 0" in result.stdout
     assert "Traceback" not in result.stderr

@@ -83,7 +83,18 @@ def fabric() -> Iterator[Fabric]:
         _must("-n", switch, "link", "set", "br0", "up")
         for node in nodes:
             # Made inside the switch and moved at once: no end is ever in the machine's network.
-            _must("-n", switch, "link", "add", node.port, "type", "veth", "peer", "name", node.interface)
+            _must(
+                "-n",
+                switch,
+                "link",
+                "add",
+                node.port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                node.interface,
+            )
             _must("-n", switch, "link", "set", node.interface, "netns", node.namespace)
             _must("-n", switch, "link", "set", node.port, "master", "br0")
             _must("-n", switch, "link", "set", node.port, "up")
@@ -116,7 +127,9 @@ def _tc(namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
 def _slow(fabric: Fabric, node: Node, on: bool) -> None:
     """Hold both directions through ``node``'s link to `SLOW_RATE` (or lift the limit)."""
     for namespace, device in ((node.namespace, node.interface), (fabric.switch, node.port)):
-        args = ("add", "dev", device, "root", "tbf", *_TBF) if on else ("del", "dev", device, "root")
+        args = (
+            ("add", "dev", device, "root", "tbf", *_TBF) if on else ("del", "dev", device, "root")
+        )
         done = _tc(namespace, *args)
         assert done.returncode == 0, f"tc qdisc {' '.join(args)}: {done.stderr}"
 
@@ -242,7 +255,9 @@ def test_slowed_node_alone_is_named_written_to_failing_nodes_and_fails_its_basel
     assert lines[verdict + 1] == "failing nodes (1 of 4): node2"
     assert lines[verdict + 2] == "passing nodes (3 of 4): node0, node1, node3"
     details = lines[verdict + 3 :]
-    assert any(line.startswith("  node node2 (rank 2): every link to the other nodes") for line in details)
+    assert any(
+        line.startswith("  node node2 (rank 2): every link to the other nodes") for line in details
+    )
     assert not any(line.startswith(("  link ", "  rank ")) for line in details)
     # The baseline names the sizes the slowed job missed, the largest of each operation at least.
     missed = [line for line in details if "below" in line and "baseline.json" in line]

@@ -148,10 +148,9 @@ def _why(links: Sequence[dict[str, Any]], factor: float, subject: str) -> str:
     fastest = max(link["gbps"] for link in links)
     median = links[0]["median_gbps"]
     kind = links[0]["kind"]
-    verb = "is" if len(links) == 1 else "are"
     at_best = "" if len(links) == 1 else " at best"
     return (
-        f"{subject} {verb} slow: {fastest:.3g} GB/s{at_best}, below {factor:g} x the job's "
+        f"{subject} is slow: {fastest:.3g} GB/s{at_best}, below {factor:g} x the job's "
         f"{kind} median of {median:.3g} GB/s"
     )
 
