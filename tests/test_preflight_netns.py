@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_check import FAKE_COMM
 from test_multinode import _clean_env, _ip, _kill_everything_in, _must
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -259,28 +259,12 @@ def test_slowed_node_alone_is_named_written_to_failing_nodes_and_fails_its_basel
         line.startswith("  node node2 (rank 2): every link to the other nodes") for line in details
     )
     assert not any(line.startswith(("  link ", "  rank ")) for line in details)
-    # The baseline names the sizes the slowed job missed, the largest of each operation at least.
-    missed = [line for line in details if "below" in line and "baseline.json" in line]
-    assert any(line.startswith("  all_reduce 128 KiB: busbw") for line in missed), details
-    assert "sizes below the baseline" in lines[verdict]
-
-
-def test_rank_with_wrong_results_names_its_node_as_the_only_failing_one(
-    fabric: Fabric, plugin_dist: Any, tmp_path: Path
-) -> None:
-    site = plugin_dist("fakecomm", FAKE_COMM)
-    env = {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-        "ACCELBACKENDS_DISABLE_PLUGIN_AUTOLOAD": "0",
-        "ACCELBACKENDS_BACKEND": "lying",  # rank 1's all_reduce sums are off by one
-    }
-    run = _check(fabric.nodes[:3], "--json", *SWEEP, "--failing-nodes", str(tmp_path / "f"), **env)
-    assert run.returncodes[0] == 1, run.stderr
-    report = _report(run)
-    assert report["backend"] == "lying"
-    assert (report["verdict"], report["failing_nodes"]) == ("FAILED", ["node1"])
-    assert report["passing_nodes"] == ["node0", "node2"]
-    assert (tmp_path / "f").read_text() == "node1\n"
-    (culprit,) = report["culprits"]
-    assert (culprit["hosts"], culprit["ranks"]) == (["node1"], [1])
-    assert "all_reduce sum float32" in culprit["reason"]
+    # The baseline names each size the slowed job missed, with the method's noise beside it.
+    missed = [line for line in details if "baseline.json's busbw" in line]
+    assert missed, details
+    for line in missed:
+        assert re.match(
+            r"  all_(reduce|gather) (16|32|64|128) KiB: busbw [0-9.e-]+ GB/s below ", line
+        )
+        assert "the method's own noise there: " in line
+    assert re.search(r", \d+ sizes? below the baseline \(", lines[verdict])

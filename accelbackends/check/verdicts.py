@@ -41,10 +41,10 @@ __all__ = [
 ]
 
 #: A link is slow below this fraction of the job's median for its kind. Measured on the
-#: project's 2-core machine (docs/check.md, "Per-node and per-link verdicts"): across healthy
-#: runs of four one-rank namespaced nodes the slowest link reached 0.55 to 0.95 of the median
-#: (the cores are shared, so two exchanges at once halve each other); a node held to a tenth of
-#: its speed reaches below 0.1. 0.4 keeps every healthy run passing with room to spare.
+#: project's 2-core machine (docs/check.md, "Per-node and per-link verdicts"): across 17 healthy
+#: runs of four one-rank namespaced nodes the slowest link reached 0.33 to 0.82 of the median
+#: (the cores are shared, so two exchanges at once slow each other); a node held to 100 Mbit/s
+#: reaches about 0.01. 0.3 keeps healthy runs passing and catches a node 3x slower.
 DEFAULT_LINK_FACTOR = 0.3
 
 INTER, INTRA = "inter-node", "intra-node"
