@@ -56,7 +56,17 @@ def _register_backends():
     class OverGloo(dist.ProcessGroup):
         def __init__(self, store, rank, size, timeout, name):
             super().__init__(rank, size)
-            self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+            # On GLOO_SOCKET_IFNAME's interface where it is set, as torch's own Gloo groups are
+            # (the default device follows the host name: loopback on a namespaced node).
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            interface = os.environ.get("GLOO_SOCKET_IFNAME")
+            options._devices = [
+                dist.ProcessGroupGloo.create_device(interface=interface)
+                if interface
+                else dist.ProcessGroupGloo.create_default_device()
+            ]
+            self._gloo = dist.ProcessGroupGloo(store, rank, size, options)
             self._name = name
 
         def getBackendName(self):

@@ -191,8 +191,8 @@ def test_baseline_fails_size_by_size_below_the_fraction_with_the_noise_beside_it
     assert compared == 2
     assert [(m.nbytes, m.limit_gbps, m.noise) for m in misses] == [(2048, 1.4, 0.3)]
     assert misses[0].text() == (
-        "all_reduce 2 KiB: busbw 1 GB/s below 1.4 GB/s, the --baseline-fraction of old.json's "
-        "busbw (0.71 of the limit; the method's own noise there: 30%)"
+        "all_reduce 2 KiB: busbw 1 GB/s, 0.50 of the baseline's 2 GB/s (below "
+        "--baseline-fraction 0.7; the method's own noise there: 30%; baseline old.json)"
     )
 
 

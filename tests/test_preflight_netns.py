@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_check import FAKE_COMM
 from test_multinode import _clean_env, _ip, _kill_everything_in, _must
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -142,9 +143,10 @@ class Run:
     seconds: float
 
 
-def _check(nodes: tuple[Node, ...], *args: str, **env: str) -> Run:
+def _check(nodes: tuple[Node, ...], *args: str, name_interface: bool = False, **env: str) -> Run:
     """``accelbackends check ARGS`` on every node at once, rank i on node i, under the plain
-    ``env://`` variables; each rank in its node's network and with its node's host name."""
+    ``env://`` variables; each rank in its node's network and with its node's host name (and
+    ``GLOO_SOCKET_IFNAME`` set to its interface with ``name_interface``)."""
     procs = []
     began = time.monotonic()
     for rank, node in enumerate(nodes):
@@ -157,6 +159,8 @@ def _check(nodes: tuple[Node, ...], *args: str, **env: str) -> Run:
             MASTER_PORT=str(MASTER_PORT),
         )
         child.update(env)
+        if name_interface:
+            child["GLOO_SOCKET_IFNAME"] = node.interface
         argv = [
             *("ip", "netns", "exec", node.namespace, "unshare", "--uts", "sh", "-c"),
             'hostname "$0" && exec "$@"',
@@ -260,11 +264,42 @@ def test_slowed_node_alone_is_named_written_to_failing_nodes_and_fails_its_basel
     )
     assert not any(line.startswith(("  link ", "  rank ")) for line in details)
     # The baseline names each size the slowed job missed, with the method's noise beside it.
-    missed = [line for line in details if "baseline.json's busbw" in line]
+    missed = [line for line in details if "of the baseline's" in line]
     assert missed, details
     for line in missed:
         assert re.match(
-            r"  all_(reduce|gather) (16|32|64|128) KiB: busbw [0-9.e-]+ GB/s below ", line
+            r"  all_(reduce|gather) (16|32|64|128) KiB: busbw [0-9.e-]+ GB/s, 0\.\d\d of the ", line
         )
         assert "the method's own noise there: " in line
     assert re.search(r", \d+ sizes? below the baseline \(", lines[verdict])
+
+
+def test_rank_with_wrong_results_names_its_node_as_the_only_failing_one(
+    fabric: Fabric, plugin_dist: Any, tmp_path: Path
+) -> None:
+    site = plugin_dist("fakecomm", FAKE_COMM)
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "ACCELBACKENDS_DISABLE_PLUGIN_AUTOLOAD": "0",
+        "ACCELBACKENDS_BACKEND": "lying",  # rank 1's all_reduce sums are off by one
+    }
+    # init() names Gloo's interface for backends called gloo only; the fake backend's own Gloo
+    # group is told here, as a site running a third-party backend over Gloo would.
+    run = _check(
+        fabric.nodes[:3],
+        "--json",
+        *SWEEP,
+        "--failing-nodes",
+        str(tmp_path / "f"),
+        name_interface=True,
+        **env,
+    )
+    report = _report(run)
+    assert report["backend"] == "lying", (report["error"], run.stderr)
+    assert run.returncodes[0] == 1
+    assert (report["verdict"], report["failing_nodes"]) == ("FAILED", ["node1"])
+    assert report["passing_nodes"] == ["node0", "node2"]
+    assert (tmp_path / "f").read_text() == "node1\n"
+    (culprit,) = report["culprits"]
+    assert (culprit["hosts"], culprit["ranks"]) == (["node1"], [1])
+    assert "all_reduce sum float32" in culprit["reason"]

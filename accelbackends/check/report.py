@@ -219,6 +219,7 @@ def _miss_text(miss: dict[str, Any]) -> str:
         miss["limit_gbps"],
         miss["source"],
         miss["noise"],
+        miss.get("baseline_gbps"),
     ).text()
 
 

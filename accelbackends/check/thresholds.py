@@ -76,6 +76,7 @@ class Miss:
     limit_gbps: float  # what it had to reach
     source: str
     noise: float | None = None  # the larger of this run's and the baseline's noise at that size
+    baseline_gbps: float | None = None  # the baseline's busbw at that size
 
     def text(self) -> str:
         """``all_reduce 64 MiB: busbw 0.41 GB/s below --min-busbw 1 GB/s``."""
@@ -83,10 +84,10 @@ class Miss:
         if self.kind == "min-busbw":
             return f"{where} below {self.source} {self.limit_gbps:g} GB/s"
         noise = "" if self.noise is None else f"; the method's own noise there: {self.noise:.0%}"
+        base = self.baseline_gbps or self.limit_gbps
         return (
-            f"{where} below {self.limit_gbps:.3g} GB/s, the --baseline-fraction of "
-            f"{self.source}'s busbw ({self.busbw_gbps / max(self.limit_gbps, 1e-12):.2f} of the "
-            f"limit{noise})"
+            f"{where}, {self.busbw_gbps / base:.2f} of the baseline's {base:.3g} GB/s (below "
+            f"--baseline-fraction {self.limit_gbps / base:.2g}{noise}; baseline {self.source})"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -98,6 +99,7 @@ class Miss:
             "limit_gbps": round(self.limit_gbps, 6),
             "source": self.source,
             "noise": None if self.noise is None else round(self.noise, 4),
+            "baseline_gbps": self.baseline_gbps,
         }
 
 
@@ -212,7 +214,16 @@ def below_baseline(
             noises = [n for n in (row.get("noise"), base.noise) if n is not None]
             noise = max(noises) if noises else None
             misses.append(
-                Miss("baseline", row["op"], row["bytes"], row["busbw_gbps"], limit, source, noise)
+                Miss(
+                    "baseline",
+                    row["op"],
+                    row["bytes"],
+                    row["busbw_gbps"],
+                    limit,
+                    source,
+                    noise,
+                    base.busbw_gbps,
+                )
             )
     return misses, compared
 
