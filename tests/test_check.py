@@ -347,6 +347,17 @@ def test_forcing_a_backend_the_accelerator_lacks_exits_2_with_one_line() -> None
             ["--min-bytes=2 MiB", "--max-bytes=1 MiB", "--min-bytes <= --max-bytes"],
         ),
         (["--plot", "busbw.jpg"], ["--plot=busbw.jpg", ".png, .svg or .pdf"]),
+        (["--min-busbw", "fast"], ["argument --min-busbw", "'fast'", "SIZE=GBPS"]),
+        (["--baseline-fraction", "1.5"], ["argument --baseline-fraction", "'1.5'", "at most 1"]),
+        (["--link-factor", "0"], ["argument --link-factor", "'0'", "greater than 0"]),
+        (
+            ["--failing-nodes", "/nonexistent/dir/f"],
+            ["--failing-nodes=/nonexistent/dir/f", "does not exist"],
+        ),
+        (
+            ["--baseline", "/nonexistent/b.json"],
+            ["--baseline=/nonexistent/b.json", "cannot read it"],
+        ),
     ],
 )
 def test_bad_flag_exits_2_naming_the_flag_the_value_and_what_is_accepted(

@@ -360,30 +360,3 @@ def test_quick_mode_sweeps_four_sizes_with_five_calls_each() -> None:
         8 << 20,
     ]
     assert {r["iters"] for r in rows} == {5}
-
-
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [
-        (["--min-busbw", "fast"], ["argument --min-busbw", "'fast'", "SIZE=GBPS"]),
-        (["--baseline-fraction", "1.5"], ["argument --baseline-fraction", "'1.5'", "at most 1"]),
-        (["--link-factor", "0"], ["argument --link-factor", "'0'", "greater than 0"]),
-        (
-            ["--failing-nodes", "/nonexistent/dir/f"],
-            ["--failing-nodes=/nonexistent/dir/f", "does not exist"],
-        ),
-        (
-            ["--baseline", "/nonexistent/b.json"],
-            ["--baseline=/nonexistent/b.json", "cannot read it"],
-        ),
-    ],
-)
-def test_bad_preflight_flag_exits_2_naming_the_flag_the_value_and_what_is_accepted(
-    flags: list[str], expected: list[str]
-) -> None:
-    result = run_cli("check", *flags)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for part in expected:
-        assert part in lines[0]

@@ -23,7 +23,7 @@ from .thresholds import (
     parse_min_busbw,
     read_baseline,
 )
-from .verdicts import DEFAULT_LINK_FACTOR
+from .verdicts import DEFAULT_LINK_FACTOR, Limits
 
 __all__ = ["Options", "add_arguments", "check_memory", "parse_options"]
 
@@ -35,7 +35,7 @@ DEFAULT_MAX_BYTES_ACCELERATOR = 1 * GIB
 #: ``--quick``: a fixed small budget for a Slurm prolog or a Kubernetes init container. The
 #: sweep is four sizes at the top of the CPU range with a few timed calls each; the correctness
 #: checks and the links run as always (fewer link rounds). Measured: 2 local CPU ranks finish
-#: in about 4 s on this project's 2-core machine, against 6 to 9 s for the default run.
+#: in 6.3 to 7.5 s on this project's 2-core machine while other jobs share it (docs/preflight.md).
 QUICK_MIN_BYTES_CPU, QUICK_MAX_BYTES_CPU = 1 * MIB, 8 * MIB
 QUICK_MIN_BYTES_ACCELERATOR, QUICK_MAX_BYTES_ACCELERATOR = 32 * MIB, 256 * MIB
 QUICK_ITERS, QUICK_WARMUP = 5, 1
@@ -193,6 +193,16 @@ class Options:
     passing_nodes: str | None = None
     #: Where rank 0 keeps the report so far for the parent (standalone runs; None: nowhere).
     progress: str | None = None
+
+    def limits(self) -> Limits:
+        """What the verdict holds the run to."""
+        return Limits(
+            self.min_busbw,
+            self.baseline,
+            self.baseline_path,
+            self.baseline_fraction,
+            self.link_factor,
+        )
 
     def top(self, device_type: str) -> int:
         """The largest swept size: --max-bytes, else the default for the device type."""

@@ -18,7 +18,7 @@ from .report import link_lines, print_json, versions
 from .results import Result
 from .session import Session, control_group
 from .sweep import sweep
-from .verdicts import judge
+from .verdicts import empty_verdict, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         "bandwidth": [m.as_json() for m in bandwidth],
         "links": links,
     }
-    report |= judge(report, options, culprits)
+    report |= judge(report, options.limits(), culprits)
     report["ok"] = report["verdict"] == "PASSED"
     return report
 
@@ -137,13 +137,7 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
         "ranks": [],
         "checks": [],
         "bandwidth": [],
-        "links": [],
-        "failing_nodes": [],
-        "passing_nodes": [],
-        "culprits": [],
-        "misses": [],
-        "problems": [],
-    }
+    } | empty_verdict()
 
 
 def _whoami(ctx: Context) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from ..plugin.text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
 from .sizes import format_size
+from .verdicts import empty_verdict
 
 if TYPE_CHECKING:
     from ..plugin.types import Selection
@@ -251,13 +252,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "ranks": [],
         "checks": [],
         "bandwidth": [],
-        "links": [],
-        "failing_nodes": [],
-        "passing_nodes": [],
-        "culprits": [],
-        "misses": [],
-        "problems": [],
-    }
+    } | empty_verdict()
     keep = ("verdict", "ok", "error", "stalled", "failing_nodes", "passing_nodes")
     report.update({k: v for k, v in (so_far or {}).items() if k not in keep})
     return report

@@ -21,20 +21,27 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..plugin.text import plural, rank_list
 from .sizes import format_size
-from .thresholds import Miss, below_baseline, below_floors, unmatched_floors
-
-if TYPE_CHECKING:
-    from .options import Options
+from .thresholds import (
+    DEFAULT_BASELINE_FRACTION,
+    BaselineRow,
+    Floor,
+    Miss,
+    below_baseline,
+    below_floors,
+    unmatched_floors,
+)
 
 __all__ = [
     "DEFAULT_LINK_FACTOR",
     "INTER",
     "INTRA",
     "Culprit",
+    "Limits",
+    "empty_verdict",
     "judge",
     "judge_links",
     "node_verdict",
@@ -155,15 +162,38 @@ def _why(links: Sequence[dict[str, Any]], factor: float, subject: str) -> str:
     )
 
 
-def judge(report: dict[str, Any], options: Options, culprits: Sequence[Culprit]) -> dict[str, Any]:
+def empty_verdict() -> dict[str, Any]:
+    """The verdict's keys before a verdict (a report so far, a run that could not finish)."""
+    return {
+        "links": [],
+        "failing_nodes": [],
+        "passing_nodes": [],
+        "culprits": [],
+        "misses": [],
+        "problems": [],
+    }
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the run is held to (from the flags; `options.Options` builds it)."""
+
+    floors: tuple[Floor, ...] = ()
+    baseline: tuple[BaselineRow, ...] = ()
+    baseline_path: str | None = None
+    baseline_fraction: float = DEFAULT_BASELINE_FRACTION
+    link_factor: float = DEFAULT_LINK_FACTOR
+
+
+def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) -> dict[str, Any]:
     """The finished report's verdict keys: the nodes (`node_verdict`), the sizes that missed
     a floor or the baseline (``misses``), and the limits they were held to (``limits``)."""
     rows = report["bandwidth"]
-    misses = below_floors(rows, options.min_busbw)
+    misses = below_floors(rows, options.floors)
     problems = [
         f"{f.source} {format_size(f.nbytes or 0)}={f.gbps:g}: that size was not swept "
         f"(sizes from {format_size(rows[0]['bytes'])} to {format_size(rows[-1]['bytes'])})"
-        for f in unmatched_floors(rows, options.min_busbw)
+        for f in unmatched_floors(rows, options.floors)
         if rows
     ]
     compared = 0
@@ -179,7 +209,7 @@ def judge(report: dict[str, Any], options: Options, culprits: Sequence[Culprit])
             )
     limits = {
         "min_busbw": [
-            {"bytes": f.nbytes, "gbps": f.gbps, "source": f.source} for f in options.min_busbw
+            {"bytes": f.nbytes, "gbps": f.gbps, "source": f.source} for f in options.floors
         ],
         "baseline": options.baseline_path,
         "baseline_fraction": options.baseline_fraction,
