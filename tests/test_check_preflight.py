@@ -5,6 +5,7 @@ command is run for real over Gloo. The multi-node runs are in ``test_preflight_n
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,27 @@ def test_quick_mode_sweeps_four_sizes_with_five_calls_each() -> None:
         8 << 20,
     ]
     assert {r["iters"] for r in rows} == {5}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="matplotlib is not installed (it is optional)",
+)
+def test_plot_marks_the_floors_and_the_baseline(tmp_path: Path) -> None:
+    import matplotlib
+
+    from accelbackends.check.report import plot
+
+    matplotlib.rcParams["svg.fonttype"] = "none"  # the labels as text, to be read back
+    rows = [
+        {"op": op, "bytes": size, "busbw_gbps": 0.5, "noise": 0.1}
+        for op in ("all_reduce", "all_gather")
+        for size in (1 << 20, 2 << 20)
+    ]
+    report = {"bandwidth": rows, "accelerator": "cpu", "backend": "gloo", "world_size": 2}
+    baseline = tuple(BaselineRow(r["op"], r["bytes"], 1.0, 0.1) for r in rows)
+    target = tmp_path / "busbw.svg"
+    plot(target, report, parse_min_busbw("1") + parse_min_busbw("2MiB=0.8"), baseline)
+    drawn = target.read_text()
+    for label in ("--min-busbw 1 GB/s", "--min-busbw 0.8 GB/s", "all_reduce baseline"):
+        assert label in drawn
