@@ -103,7 +103,7 @@ def table_row(measurement: Measurement) -> str:
 def link_lines(links: list[dict[str, Any]], why_not: str) -> Iterator[str]:
     """The links as a table (every link up to `_LINK_ROWS`, else the bad ones and a summary)."""
     if why_not:
-        yield f"links {why_not}"
+        yield f"links: {why_not}"
         return
     word = {
         (True, False): "ok",
