@@ -35,7 +35,8 @@ DEFAULT_MAX_BYTES_ACCELERATOR = 1 * GIB
 #: ``--quick``: a fixed small budget for a Slurm prolog or a Kubernetes init container. The
 #: sweep is four sizes at the top of the CPU range with a few timed calls each; the correctness
 #: checks and the links run as always (fewer link rounds). Measured: 2 local CPU ranks finish
-#: in 6.3 to 7.5 s on this project's 2-core machine while other jobs share it (docs/preflight.md).
+#: in 6.3 to 10.1 s on this project's 2-core machine under load, where the default run took 26 s
+#: in the same minute (docs/preflight.md).
 QUICK_MIN_BYTES_CPU, QUICK_MAX_BYTES_CPU = 1 * MIB, 8 * MIB
 QUICK_MIN_BYTES_ACCELERATOR, QUICK_MAX_BYTES_ACCELERATOR = 32 * MIB, 256 * MIB
 QUICK_ITERS, QUICK_WARMUP = 5, 1
