@@ -385,3 +385,19 @@ def test_plot_marks_the_floors_and_the_baseline(tmp_path: Path) -> None:
     drawn = target.read_text()
     for label in ("--min-busbw 1 GB/s", "--min-busbw 0.8 GB/s", "all_reduce baseline"):
         assert label in drawn
+
+
+@pytest.mark.slow
+def test_quick_text_report_opens_with_the_verdict_and_the_steps_follow() -> None:
+    result = run_cli("check", "--quick", "--min-busbw", "1000")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("verdict: FAILED: 2 sizes below the --min-busbw floor (")
+    assert lines[1].startswith("passing nodes (1 of 1): ")
+    assert [line[:5] for line in lines if line.startswith("[")] == [
+        "[1/4]",
+        "[2/4]",
+        "[3/4]",
+        "[4/4]",
+    ]
+    assert lines[-1].startswith("      intra-node  0 <-> 1")  # the link table ends the steps

@@ -254,11 +254,13 @@ def test_slowed_node_alone_is_named_written_to_failing_nodes_and_fails_its_basel
     assert (tmp_path / "failing.txt").read_text() == "node2\n"
     assert (tmp_path / "passing.txt").read_text() == "node0\nnode1\nnode3\n"
     lines = run.stdout.splitlines()
-    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    verdict = 0  # --quick: the verdict first, then the steps that led to it
     assert lines[verdict].startswith("verdict: FAILED: node node2 slow")
     assert lines[verdict + 1] == "failing nodes (1 of 4): node2"
     assert lines[verdict + 2] == "passing nodes (3 of 4): node0, node1, node3"
-    details = lines[verdict + 3 :]
+    steps = lines.index(next(line for line in lines if line.startswith("[1/4] environment")))
+    assert "      links: 6 point-to-point exchanges" in "\n".join(lines[steps:])
+    details = lines[verdict + 3 : steps]
     assert any(
         line.startswith("  node node2 (rank 2): every link to the other nodes") for line in details
     )

@@ -72,8 +72,7 @@ def _default_nproc(selection: Selection) -> int:
 def _standalone(options: Options, selection: Selection, nproc: int) -> int:
     from ..spawning import spawn
 
-    if not options.json:
-        say(environment(selection, nproc, nproc, "spawn"))
+    held = _say_or_hold([environment(selection, nproc, nproc, "spawn")], options)
     sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
     started = time.time()
     from ..spawning import private_temp_file
@@ -100,6 +99,8 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
             "backend": selection.backend,
             "launcher": "spawn",
         }
+        if not options.json:
+            _say_all([*held, *so_far.get("text", [])])
         report = failure_report(error, base | so_far)
         # Every rank ran here: whatever failed, this node did not pass.
         report["failing_nodes"] = sorted(report["hosts"])
@@ -110,41 +111,65 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
     finally:
         with contextlib.suppress(OSError):
             os.remove(progress)
-    return _finish(results[0], options)
+    return _finish(results[0], options, held)
 
 
 def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
     from ..lifecycle import distributed
 
-    if cluster.rank == 0 and not options.json:
-        say(environment(selection, cluster.world_size, cluster.local_world_size, cluster.launcher))
+    held = []
+    if cluster.rank == 0:
+        line = environment(
+            selection, cluster.world_size, cluster.local_world_size, cluster.launcher
+        )
+        held = _say_or_hold([line], options)
     started = time.time()
     with distributed(timeout=options.timeout, rendezvous_timeout=options.rendezvous_timeout) as ctx:
         try:
             report = run_rank(ctx, options, started, "")
         except AccelBackendsError as exc:
             if ctx.rank == 0:
+                so_far = _last_progress(exc)
+                if not options.json:
+                    _say_all([*held, *so_far.get("text", [])])
                 # Which node is at fault is not known here: neither list names a node.
-                report = failure_report(first_line(exc), _last_progress(exc))
+                report = failure_report(first_line(exc), so_far)
                 _write_nodes(report, options)
                 if options.json:
                     print_json(report)
             raise
     if ctx.rank != 0:
         return _exit_code(report)
-    return _finish(report, options)
+    return _finish(report, options, held)
 
 
-def _finish(report: dict[str, Any], options: Options) -> int:
+def _say_or_hold(lines: list[str], options: Options) -> list[str]:
+    """Print ``lines`` now, or with ``--quick`` return them to print after the verdict."""
+    if options.json:
+        return []
+    if options.quick:
+        return lines
+    _say_all(lines)
+    return []
+
+
+def _say_all(lines: list[str]) -> None:
+    for line in lines:
+        say(line)
+
+
+def _finish(report: dict[str, Any], options: Options, held: list[str]) -> int:
+    text = report.pop("text", [])
     if options.plot:
         plot(Path(options.plot), report, options.min_busbw, options.baseline)
     _write_nodes(report, options)
     if options.json:
         print_json(report)
-    else:
-        say(verdict(report))
-        if options.plot:
-            say(f"plot: busbw against size written to {options.plot}")
+        return _exit_code(report)
+    say(verdict(report))
+    _say_all([*held, *text])  # --quick: a preflight's log opens with its verdict, steps follow
+    if options.plot:
+        say(f"plot: busbw against size written to {options.plot}")
     return _exit_code(report)
 
 

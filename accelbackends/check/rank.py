@@ -111,6 +111,8 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     }
     report |= judge(report, options.limits(), culprits)
     report["ok"] = report["verdict"] == "PASSED"
+    if progress.report.get("text"):
+        report["text"] = progress.report["text"]  # --quick's held lines; never in the JSON
     return report
 
 
