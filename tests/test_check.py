@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
 
 import os
 import signal
+import socket
 import time
 
 import accelbackends
@@ -54,7 +56,17 @@ def _register_backends():
     class OverGloo(dist.ProcessGroup):
         def __init__(self, store, rank, size, timeout, name):
             super().__init__(rank, size)
-            self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+            # On GLOO_SOCKET_IFNAME's interface where it is set, as torch's own Gloo groups are
+            # (the default device follows the host name: loopback on a namespaced node).
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            interface = os.environ.get("GLOO_SOCKET_IFNAME")
+            options._devices = [
+                dist.ProcessGroupGloo.create_device(interface=interface)
+                if interface
+                else dist.ProcessGroupGloo.create_default_device()
+            ]
+            self._gloo = dist.ProcessGroupGloo(store, rank, size, options)
             self._name = name
 
         def getBackendName(self):
@@ -336,6 +348,17 @@ def test_forcing_a_backend_the_accelerator_lacks_exits_2_with_one_line() -> None
             ["--min-bytes=2 MiB", "--max-bytes=1 MiB", "--min-bytes <= --max-bytes"],
         ),
         (["--plot", "busbw.jpg"], ["--plot=busbw.jpg", ".png, .svg or .pdf"]),
+        (["--min-busbw", "fast"], ["argument --min-busbw", "'fast'", "SIZE=GBPS"]),
+        (["--baseline-fraction", "1.5"], ["argument --baseline-fraction", "'1.5'", "at most 1"]),
+        (["--link-factor", "0"], ["argument --link-factor", "'0'", "greater than 0"]),
+        (
+            ["--failing-nodes", "/nonexistent/dir/f"],
+            ["--failing-nodes=/nonexistent/dir/f", "does not exist"],
+        ),
+        (
+            ["--baseline", "/nonexistent/b.json"],
+            ["--baseline=/nonexistent/b.json", "cannot read it"],
+        ),
     ],
 )
 def test_bad_flag_exits_2_naming_the_flag_the_value_and_what_is_accepted(
@@ -431,8 +454,14 @@ def test_operation_the_backend_does_not_support_is_skipped_not_passed(fake_comm:
 def test_wrong_values_on_one_rank_fail_naming_the_check_and_the_rank(fake_comm: Path) -> None:
     result = run_cli("check", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "lying"})
     assert result.returncode == 1
-    verdict = result.stdout.strip().splitlines()[-1]
+    lines = result.stdout.strip().splitlines()
+    verdict = next(line for line in lines if line.startswith("verdict: "))
     assert verdict.startswith("verdict: FAILED: all_reduce sum float32 on rank 1, ")
+    # The one host is the failing node; the failed checks are not repeated as culprit lines.
+    assert lines[lines.index(verdict) + 1 :] == [
+        f"failing nodes (1 of 1): {socket.gethostname()}",
+        "passing nodes (0 of 1): -",
+    ]
     assert "3 failed" in verdict  # the sums in each dtype; max, min and the rest still pass
     assert "FAILED all_reduce sum (float32, bfloat16): rank 1: length 1, element 0" in result.stdout
     assert "Traceback" not in result.stderr

@@ -96,6 +96,7 @@ def collect(
                 "backends": list(c.spec.backends),
                 "default_backend": c.spec.default_backend,
                 "reason": c.detection.reason,
+                "expected_busbw_gbps": c.spec.expected_busbw_gbps,
             }
             for c in registry.detect()
         ]
@@ -317,6 +318,12 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             )
         lines += aligned(rows, "  ", width)
         lines.append("  (* default backend)")
+        for acc in report["accelerators"]:
+            if acc.get("expected_busbw_gbps"):
+                lines.append(
+                    f"  {acc['name']}: its plugin expects a busbw of {acc['expected_busbw_gbps']:g}"
+                    " GB/s on its fabric (check's default --min-busbw)"
+                )
     lines.append("")
     cluster = report["cluster"]
     lines.append(f"cluster: {cluster['launcher'] or 'unknown'}")

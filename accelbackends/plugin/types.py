@@ -277,6 +277,10 @@ class AcceleratorSpec:
             `detect`: one entry per device the runtime will show, in its order (after the
             visible-devices variable), None for a device whose locality is unknown. CPU affinity
             (`ACCELBACKENDS_CPU_AFFINITY`) pins each local rank near its device from it.
+        expected_busbw_gbps: Optional: the bus bandwidth, in GB/s (10^9 bytes/s), that a healthy
+            node reaches on this accelerator's fabric at `accelbackends check`'s largest size
+            (nccl-tests' busbw). `info` shows it; `check` fails below it unless `--min-busbw`
+            says otherwise. Declare it only where the fabric is fixed by the hardware.
     """
 
     name: str
@@ -290,8 +294,17 @@ class AcceleratorSpec:
     confirm: Callable[[], str | None] | None = None
     description: str = ""
     locality: Callable[[Probe], Sequence[Locality | None]] | None = None
+    expected_busbw_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        expected = self.expected_busbw_gbps
+        if expected is not None and (
+            not isinstance(expected, (int, float)) or isinstance(expected, bool) or not expected > 0
+        ):
+            raise TypeError(
+                f"accelerator {self.name!r}: expected_busbw_gbps must be a positive number of "
+                f"GB/s or None, not {expected!r}"
+            )
         if not isinstance(self.name, str) or not _ACCELERATOR_NAME.match(self.name):
             raise TypeError(
                 f"accelerator name {self.name!r} is not valid; use lower-case letters, digits "

@@ -55,6 +55,10 @@ class Measurement:
     iters: int
     seconds: float
     world_size: int
+    #: The method's own noise at this size: how far the two halves of the timed calls differ,
+    #: relative to their mean (None with one call). A baseline comparison shows it beside
+    #: the ratio, as the benchmark shows the reference's ratio to itself.
+    noise: float | None = None
 
     @property
     def algbw(self) -> float:
@@ -86,6 +90,7 @@ class Measurement:
             "time_us": round(self.seconds * 1e6, 3),
             "algbw_gbps": round(self.algbw / 1e9, 6),
             "busbw_gbps": round(self.busbw / 1e9, 6),
+            "noise": None if self.noise is None else round(self.noise, 4),
         }
 
 
@@ -106,8 +111,9 @@ def measure(
 ) -> Measurement:
     """Time ``op`` on ``nbytes`` as ``check`` reports it. Collective: every rank calls it.
 
-    Warm-up calls, a barrier, ``iters`` calls back to back, one device synchronisation; the
-    result is the slowest rank's mean. With ``iters=None`` the count follows from the slowest
+    Warm-up calls, a barrier, ``iters`` calls back to back in two halves with a device
+    synchronisation after each; the result is the slowest rank's mean, and the halves' difference
+    is the noise. With ``iters=None`` the count follows from the slowest
     rank's fastest warm-up call (so at least one warm-up call runs). ``control`` is the group
     that carries the timings (the default group when None).
     """
@@ -126,13 +132,24 @@ def measure(
         iters = min(AUTO_MAX_ITERS, max(AUTO_MIN_ITERS, wanted))
     dist.barrier()
     synchronize(ctx.device)
+    half = iters // 2
     begin = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(half):
         call()
     synchronize(ctx.device)
-    mean = (time.perf_counter() - begin) / iters
-    slowest = max_over_ranks(ctx, control, [mean])[0]
-    return Measurement(op, counted, dtype, iters, slowest, ctx.world_size)
+    middle = time.perf_counter()
+    for _ in range(iters - half):
+        call()
+    synchronize(ctx.device)
+    end = time.perf_counter()
+    mean = (end - begin) / iters
+    if half:
+        first, second = (middle - begin) / half, (end - middle) / (iters - half)
+    else:
+        first = second = mean
+    slowest, first, second = max_over_ranks(ctx, control, [mean, first, second])
+    noise = abs(first - second) / ((first + second) / 2) if half and first + second > 0 else None
+    return Measurement(op, counted, dtype, iters, slowest, ctx.world_size, noise)
 
 
 def _timed_call(ctx: Context, op: str, nbytes: int, dtype: str) -> tuple[Callable[[], Any], int]:

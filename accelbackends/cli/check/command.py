@@ -26,6 +26,7 @@ from .options import Options, check_memory, check_ranks, oversubscription, parse
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
+from .thresholds import Floor
 
 if TYPE_CHECKING:
     from ...plugin.types import ClusterInfo, Selection
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     selection = select(registry=registry)
     cluster = recognise(registry)
     device_type = selection.spec.device_type
+    expected = selection.spec.expected_busbw_gbps
+    if expected and not options.min_busbw:
+        source = f"the {selection.status.plugin} plugin's expected busbw"
+        options = dataclasses.replace(options, min_busbw=(Floor(None, float(expected), source),))
     if cluster.launcher != "single":
         if args.nproc is not None:
             raise ConfigError(
@@ -93,8 +98,7 @@ def _default_nproc(selection: Selection) -> int:
 def _standalone(options: Options, selection: Selection, nproc: int) -> int:
     from ...job.spawn import spawn
 
-    if not options.json:
-        say(environment(selection, nproc, nproc, "spawn"))
+    held = _say_or_hold([environment(selection, nproc, nproc, "spawn")], options)
     sys.stdout.flush()  # the ranks are forked: anything still buffered would be printed twice
     started = time.time()
     from ...job.processes import private_temp_file
@@ -115,49 +119,95 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         # failed first (rank 0's own error would blame the survivor).
         stalled = so_far.get("stalled") if exc.rank == 0 else None  # a rank failing first wins
         error = stalled or first_line(exc)
+        base = {
+            "world_size": nproc,
+            "accelerator": selection.accelerator,
+            "backend": selection.backend,
+            "launcher": "spawn",
+        }
+        if not options.json:
+            _say_all([*held, *so_far.get("text", [])])
+        report = failure_report(error, base | so_far)
+        # Every rank ran here: whatever failed, this node did not pass.
+        report["failing_nodes"] = sorted(report["hosts"])
+        _write_nodes(report, options)
         if options.json:
-            base = {
-                "world_size": nproc,
-                "accelerator": selection.accelerator,
-                "backend": selection.backend,
-                "launcher": "spawn",
-            }
-            print_json(failure_report(error, base | so_far))
+            print_json(report)
         raise AccelBackendsError(error) from exc
     finally:
         with contextlib.suppress(OSError):
             os.remove(progress)
-    return _finish(results[0], options)
+    return _finish(results[0], options, held)
 
 
 def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
     from ...job.lifecycle import distributed
 
-    if cluster.rank == 0 and not options.json:
-        say(environment(selection, cluster.world_size, cluster.local_world_size, cluster.launcher))
+    held = []
+    if cluster.rank == 0:
+        line = environment(
+            selection, cluster.world_size, cluster.local_world_size, cluster.launcher
+        )
+        held = _say_or_hold([line], options)
     started = time.time()
     with distributed(timeout=options.timeout, rendezvous_timeout=options.rendezvous_timeout) as ctx:
         try:
             report = run_rank(ctx, options, started, "")
         except AccelBackendsError as exc:
-            if ctx.rank == 0 and options.json:
-                print_json(failure_report(first_line(exc), _last_progress(exc)))
+            if ctx.rank == 0:
+                so_far = _last_progress(exc)
+                if not options.json:
+                    _say_all([*held, *so_far.get("text", [])])
+                # Which node is at fault is not known here: neither list names a node.
+                report = failure_report(first_line(exc), so_far)
+                _write_nodes(report, options)
+                if options.json:
+                    print_json(report)
             raise
     if ctx.rank != 0:
         return _exit_code(report)
-    return _finish(report, options)
+    return _finish(report, options, held)
 
 
-def _finish(report: dict[str, Any], options: Options) -> int:
+def _say_or_hold(lines: list[str], options: Options) -> list[str]:
+    """Print ``lines`` now, or with ``--quick`` return them to print after the verdict."""
+    if options.json:
+        return []
+    if options.quick:
+        return lines
+    _say_all(lines)
+    return []
+
+
+def _say_all(lines: list[str]) -> None:
+    for line in lines:
+        say(line)
+
+
+def _finish(report: dict[str, Any], options: Options, held: list[str]) -> int:
+    text = report.pop("text", [])
     if options.plot:
-        plot(Path(options.plot), report)
+        plot(Path(options.plot), report, options.min_busbw, options.baseline)
+    _write_nodes(report, options)
     if options.json:
         print_json(report)
-    else:
-        say(verdict(report))
-        if options.plot:
-            say(f"plot: busbw against size written to {options.plot}")
+        return _exit_code(report)
+    say(verdict(report))
+    _say_all([*held, *text])  # --quick: a preflight's log opens with its verdict, steps follow
+    if options.plot:
+        say(f"plot: busbw against size written to {options.plot}")
     return _exit_code(report)
+
+
+def _write_nodes(report: dict[str, Any], options: Options) -> None:
+    """``--failing-nodes`` and ``--passing-nodes``: one host per line (an empty file for an
+    empty list, so that a script never reads an earlier run's list)."""
+    for target, key in (
+        (options.failing_nodes, "failing_nodes"),
+        (options.passing_nodes, "passing_nodes"),
+    ):
+        if target is not None:
+            Path(target).write_text("".join(f"{host}\n" for host in report[key]), encoding="utf-8")
 
 
 def _last_progress(exc: BaseException) -> dict[str, Any]:

@@ -15,6 +15,15 @@ from ...plugin import config
 from ...plugin.errors import ConfigError
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
 from .sizes import GIB, KIB, MIB, format_size, parse_size
+from .thresholds import (
+    DEFAULT_BASELINE_FRACTION,
+    BaselineRow,
+    Floor,
+    parse_fraction,
+    parse_min_busbw,
+    read_baseline,
+)
+from .verdicts import DEFAULT_LINK_FACTOR, Limits
 
 __all__ = [
     "Options",
@@ -37,6 +46,14 @@ MAX_ITERS = 10_000
 #: own torch, and 32 ranks on 2 cores already take minutes.
 MAX_RANKS_PER_CORE = 32
 MIN_RANKS_LIMIT = 64
+#: ``--quick``: a fixed small budget for a Slurm prolog or a Kubernetes init container. The
+#: sweep is four sizes at the top of the CPU range with a few timed calls each; the correctness
+#: checks and the links run as always (fewer link rounds). Measured: 2 local CPU ranks finish
+#: in 6.3 to 10.1 s on this project's 2-core machine under load, where the default run took 26 s
+#: in the same minute (docs/preflight.md).
+QUICK_MIN_BYTES_CPU, QUICK_MAX_BYTES_CPU = 1 * MIB, 8 * MIB
+QUICK_MIN_BYTES_ACCELERATOR, QUICK_MAX_BYTES_ACCELERATOR = 32 * MIB, 256 * MIB
+QUICK_ITERS, QUICK_WARMUP = 5, 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,29 +76,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-bytes",
         type=parse_size,
-        default=DEFAULT_MIN_BYTES,
         metavar="SIZE",
-        help="smallest bandwidth size (default 1KiB); sizes double up to --max-bytes",
+        help="smallest bandwidth size (default 1KiB; --quick: 1MiB on CPU, 32MiB on "
+        "accelerators); sizes double up to --max-bytes",
     )
     parser.add_argument(
         "--max-bytes",
         type=parse_size,
         metavar="SIZE",
-        help="largest bandwidth size (default 64MiB on CPU, 1GiB on accelerators)",
+        help="largest bandwidth size (default 64MiB on CPU, 1GiB on accelerators; --quick: 8MiB "
+        "on CPU, 256MiB on accelerators)",
     )
     parser.add_argument(
         "--iters",
         type=_integer(1, MAX_ITERS, "or leave --iters out for the automatic count"),
         metavar="N",
         help=f"timed iterations per size (default: automatic, about {AUTO_SECONDS_PER_SIZE:g} s "
-        f"per size, {AUTO_MIN_ITERS} to {AUTO_MAX_ITERS}; at most {MAX_ITERS})",
+        f"per size, {AUTO_MIN_ITERS} to {AUTO_MAX_ITERS}; --quick: {QUICK_ITERS}; at most "
+        f"{MAX_ITERS})",
     )
     parser.add_argument(
         "--warmup",
         type=_integer(0, MAX_ITERS),
-        default=DEFAULT_WARMUP,
         metavar="N",
-        help=f"untimed iterations before each size (default {DEFAULT_WARMUP})",
+        help=f"untimed iterations before each size (default {DEFAULT_WARMUP}; --quick: "
+        f"{QUICK_WARMUP})",
     )
     parser.add_argument(
         "--timeout",
@@ -94,7 +113,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot",
         metavar="FILE.png",
-        help="draw busbw against size into this .png, .svg or .pdf file (needs matplotlib)",
+        help="draw busbw against size into this .png, .svg or .pdf file, with the thresholds "
+        "and the baseline (needs matplotlib)",
+    )
+    preflight = parser.add_argument_group(
+        "preflight",
+        "a verdict per node: exit 1 when a node, a link, a threshold or the baseline fails",
+    )
+    preflight.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small fixed budget for a Slurm prolog or a Kubernetes init container: four "
+        "sizes, few iterations, three link rounds (flags given explicitly still win)",
+    )
+    preflight.add_argument(
+        "--min-busbw",
+        type=parse_min_busbw,
+        metavar="GBPS",
+        help="fail when busbw at the largest size is below GBPS (GB/s), or give SIZE=GBPS "
+        "pairs such as 1MiB=5,64MiB=20 (default: the bandwidth the accelerator's plugin "
+        "declares for its fabric, if any)",
+    )
+    preflight.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="an earlier `check --json` output: fail where busbw falls below "
+        "--baseline-fraction of it, size by size",
+    )
+    preflight.add_argument(
+        "--baseline-fraction",
+        type=parse_fraction,
+        default=DEFAULT_BASELINE_FRACTION,
+        metavar="F",
+        help=f"with --baseline: the fraction of its busbw each size must reach "
+        f"(default {DEFAULT_BASELINE_FRACTION:g})",
+    )
+    preflight.add_argument(
+        "--link-factor",
+        type=parse_fraction,
+        default=DEFAULT_LINK_FACTOR,
+        metavar="F",
+        help=f"a link is slow below F x the job's median for its kind (default "
+        f"{DEFAULT_LINK_FACTOR:g})",
+    )
+    preflight.add_argument(
+        "--failing-nodes",
+        metavar="FILE",
+        help="write the failing hosts there, one per line (for sbatch --exclude)",
+    )
+    preflight.add_argument(
+        "--passing-nodes",
+        metavar="FILE",
+        help="write the passing hosts there, one per line (for sbatch --nodelist or a hostfile)",
     )
 
 
@@ -135,19 +205,50 @@ class Options:
     rendezvous_timeout: float | None
     json: bool
     plot: str | None
+    quick: bool = False
+    #: The busbw floors: --min-busbw, else the plugin's declared fabric bandwidth.
+    min_busbw: tuple[Floor, ...] = ()
+    baseline: tuple[BaselineRow, ...] = ()
+    baseline_path: str | None = None
+    baseline_fraction: float = DEFAULT_BASELINE_FRACTION
+    link_factor: float = DEFAULT_LINK_FACTOR
+    failing_nodes: str | None = None
+    passing_nodes: str | None = None
     #: Where rank 0 keeps the report so far for the parent (standalone runs; None: nowhere).
     progress: str | None = None
+
+    def limits(self) -> Limits:
+        """What the verdict holds the run to."""
+        return Limits(
+            self.min_busbw,
+            self.baseline,
+            self.baseline_path,
+            self.baseline_fraction,
+            self.link_factor,
+        )
 
     def top(self, device_type: str) -> int:
         """The largest swept size: --max-bytes, else the default for the device type."""
         if self.max_bytes:
             return self.max_bytes
-        return DEFAULT_MAX_BYTES_CPU if device_type == "cpu" else DEFAULT_MAX_BYTES_ACCELERATOR
+        cpu = device_type == "cpu"
+        if self.quick:
+            return QUICK_MAX_BYTES_CPU if cpu else QUICK_MAX_BYTES_ACCELERATOR
+        return DEFAULT_MAX_BYTES_CPU if cpu else DEFAULT_MAX_BYTES_ACCELERATOR
+
+    def bottom(self, device_type: str) -> int:
+        """The smallest swept size: --min-bytes, else the default (for ``--quick`` too)."""
+        if self.min_bytes:
+            return min(self.min_bytes, self.top(device_type))
+        if self.quick:
+            low = QUICK_MIN_BYTES_CPU if device_type == "cpu" else QUICK_MIN_BYTES_ACCELERATOR
+            return min(low, self.top(device_type))
+        return min(DEFAULT_MIN_BYTES, self.top(device_type))
 
     def sizes(self, device_type: str) -> list[int]:
         """The swept sizes: --min-bytes, doubling while <= --max-bytes."""
         top = self.top(device_type)
-        sizes, size = [], self.min_bytes
+        sizes, size = [], self.bottom(device_type)
         while size <= top:
             sizes.append(size)
             size *= 2
@@ -156,7 +257,7 @@ class Options:
 
 def parse_options(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
     """The flags in ``args`` checked against each other, with the defaults ``env`` sets."""
-    if args.max_bytes is not None and args.min_bytes > args.max_bytes:
+    if args.max_bytes is not None and args.min_bytes and args.min_bytes > args.max_bytes:
         raise ConfigError(
             f"--min-bytes={format_size(args.min_bytes)} is larger than "
             f"--max-bytes={format_size(args.max_bytes)}; use --min-bytes <= --max-bytes"
@@ -169,16 +270,40 @@ def parse_options(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         rendezvous = None
     if args.plot is not None:
         _check_plot_target(args.plot)
+    for flag, target in (
+        ("--failing-nodes", args.failing_nodes),
+        ("--passing-nodes", args.passing_nodes),
+    ):
+        if target is not None:
+            _check_output_target(flag, target)
+    quick = args.quick
+    warmup = args.warmup if args.warmup is not None else QUICK_WARMUP if quick else DEFAULT_WARMUP
     return Options(
-        min_bytes=args.min_bytes,
+        min_bytes=args.min_bytes or 0,
         max_bytes=args.max_bytes,
-        iters=args.iters,
-        warmup=args.warmup,
+        iters=args.iters or (QUICK_ITERS if quick else None),
+        warmup=warmup,
         timeout=timeout,
         rendezvous_timeout=rendezvous,
         json=args.json,
         plot=args.plot,
+        quick=quick,
+        min_busbw=args.min_busbw or (),
+        baseline=read_baseline(args.baseline) if args.baseline else (),
+        baseline_path=args.baseline,
+        baseline_fraction=args.baseline_fraction,
+        link_factor=args.link_factor,
+        failing_nodes=args.failing_nodes,
+        passing_nodes=args.passing_nodes,
     )
+
+
+def _check_output_target(flag: str, target: str) -> None:
+    folder = Path(target).parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag}={target}: directory {str(folder)!r} does not exist")
+    if Path(target).is_dir():
+        raise ConfigError(f"{flag}={target} is a directory; give a file path to write")
 
 
 def _check_plot_target(target: str) -> None:

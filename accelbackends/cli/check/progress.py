@@ -30,6 +30,12 @@ class Progress:
         self.report.update(fields)
         self._write()
 
+    def hold(self, line: str) -> None:
+        """Keep a line of the text report for later (``--quick`` prints the verdict first)."""
+        if self._enabled:
+            self.report.setdefault("text", []).append(line)
+            self._write()
+
     def add_measurement(self, measurement: dict[str, Any]) -> None:
         if self._enabled:
             self.report["bandwidth"].append(measurement)

@@ -12,10 +12,13 @@ from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
 from .correctness import run_checks
 from .heartbeat import Heartbeat
+from .links import measure_links
 from .progress import Progress
-from .report import print_json, versions
+from .report import link_lines, print_json, versions
+from .results import Result
 from .session import Session, control_group
 from .sweep import sweep
+from .verdicts import empty_verdict, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -77,6 +80,13 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         checks = run_checks(session)
         progress.update(checks=[c.as_json() for c in checks])
         bandwidth, problems = sweep(session)
+        links, culprits, why_not = measure_links(session, [r["host"] for r in ranks])
+        for line in link_lines(links, why_not):
+            session.say("      " + line)
+        if why_not.startswith("not run"):
+            problems.append(Result("links", "not run", why_not))
+        elif why_not.startswith("not supported"):
+            problems.append(Result("links", "skipped", why_not))
         checks += session.gather(problems, "bandwidth")
     except BaseException as exc:
         progress.update(ok=False, error=first_line(exc))
@@ -90,15 +100,20 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     finally:
         heartbeat.stop()
         watchdog.stop()
-    return _header(ctx, options, started) | {
-        "ok": all(c.status in ("passed", "skipped") for c in checks),
+    report = _header(ctx, options, started) | {
         "error": None,
         "init_seconds": round(init_seconds, 4),
         "hosts": sorted({r["host"] for r in ranks}),
         "ranks": ranks,
         "checks": [c.as_json() for c in checks],
         "bandwidth": [m.as_json() for m in bandwidth],
+        "links": links,
     }
+    report |= judge(report, options.limits(), culprits)
+    report["ok"] = report["verdict"] == "PASSED"
+    if progress.report.get("text"):
+        report["text"] = progress.report["text"]  # --quick's held lines; never in the JSON
+    return report
 
 
 def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
@@ -106,7 +121,8 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
     from datetime import datetime, timezone
 
     return {
-        "ok": False,  # until the end
+        "verdict": "FAILED",  # until the end; first, as the text report puts it first
+        "ok": False,
         "error": None,
         "timestamp": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
         "world_size": ctx.world_size,
@@ -123,7 +139,7 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
         "ranks": [],
         "checks": [],
         "bandwidth": [],
-    }
+    } | empty_verdict()
 
 
 def _whoami(ctx: Context) -> dict[str, Any]:

@@ -4,7 +4,7 @@ verdict, the JSON object and the plot."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,15 +12,18 @@ from ..text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
 from .sizes import format_size
+from .verdicts import empty_verdict
 
 if TYPE_CHECKING:
     from ...plugin.types import Selection
     from .results import Result
+    from .thresholds import BaselineRow, Floor
 
 __all__ = [
     "environment",
     "failure_report",
     "grid",
+    "link_lines",
     "plot",
     "print_json",
     "table_header",
@@ -34,6 +37,8 @@ _printed = False
 
 _TABLE = "{:<11} {:>9} {:>12} {:>13} {:>13} {:>6}"
 _COLUMNS = ("op", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iters")
+#: Beyond this many links, the table lists only the slow and wrong ones.
+_LINK_ROWS = 16
 
 
 def environment(selection: Selection, world_size: int, local_size: int, launcher: str) -> str:
@@ -95,8 +100,44 @@ def table_row(measurement: Measurement) -> str:
     return _TABLE.format(*measurement.row())
 
 
+def link_lines(links: list[dict[str, Any]], why_not: str) -> Iterator[str]:
+    """The links as a table (every link up to `_LINK_ROWS`, else the bad ones and a summary)."""
+    if why_not:
+        yield f"links: {why_not}"
+        return
+    word = {
+        (True, False): "ok",
+        (True, True): "SLOW",
+        (False, False): "WRONG",
+        (False, True): "WRONG",
+    }
+    bad = [link for link in links if link["slow"] or not link["ok"]]
+    shown = links if len(links) <= _LINK_ROWS else bad
+    if shown:
+        rows = [["kind", "ranks", "hosts", "time (us)", "GB/s", "median", "verdict"]]
+        for link in shown:
+            time_us = "-" if link["time_us"] is None else f"{link['time_us']:.1f}"
+            median = "-" if link["median_gbps"] is None else f"{link['median_gbps']:.3f}"
+            rows.append(
+                [
+                    link["kind"],
+                    f"{link['ranks'][0]} <-> {link['ranks'][1]}",
+                    " <-> ".join(link["hosts"]),
+                    time_us,
+                    f"{link['gbps']:.3f}",
+                    median,
+                    word[link["ok"], link["slow"] and link["ok"]],
+                ]
+            )
+        yield from aligned(rows)
+    if len(links) > _LINK_ROWS:
+        yield f"{len(links)} links, {len(bad)} slow or wrong (only those are listed)"
+
+
 def verdict(report: dict[str, Any]) -> str:
-    """The last line: PASSED with the peak busbw, or FAILED naming the checks and ranks."""
+    """The verdict, first: PASSED with the peak busbw and the nodes, or FAILED naming the checks
+    and ranks, the nodes and links, the sizes below a threshold or the baseline; then the
+    failing and passing nodes, and one line per culprit and per miss."""
     checks = report["checks"]
     not_run = [c for c in checks if not c["ok"] and c["detail"].startswith("not run")]
     failed = [c for c in checks if not c["ok"] and c not in not_run]
@@ -106,13 +147,81 @@ def verdict(report: dict[str, Any]) -> str:
     counts = f"{passed} passed, {len(failed)} failed, {len(skipped)} skipped"
     if not_run:
         counts += f", {len(not_run)} not run"
-    if failed or not_run:
-        shown = ", ".join(f"{c['name']} on {rank_list(c['ranks'])}" for c in failed[:4])
-        more = f" and {len(failed) - 4} more" if len(failed) > 4 else ""
-        return f"verdict: FAILED: {shown or 'checks not run'}{more} ({counts}; {where})"
-    peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
-    best = "" if peak is None else f"; peak busbw {peak:.2f} GB/s"
-    return f"verdict: PASSED ({counts}; {where}{best})"
+    hosts = len(report["hosts"])
+    failing, passing = report.get("failing_nodes", []), report.get("passing_nodes", [])
+    lines = []
+    if report.get("verdict", "FAILED") == "FAILED":
+        reasons = [f"{c['name']} on {rank_list(c['ranks'])}" for c in failed[:4]]
+        if len(failed) > 4:
+            reasons.append(f"{len(failed) - 4} more checks")
+        if not_run and not failed:
+            reasons.append("checks not run")
+        reasons += [
+            _short(c) for c in report.get("culprits", []) if c["reason"] and not _from_checks(c)
+        ]
+        for kind, flag in (("min-busbw", "the --min-busbw floor"), ("baseline", "the baseline")):
+            missed = [m for m in report.get("misses", []) if m["kind"] == kind]
+            if missed:
+                reasons.append(f"{len(missed)} {plural(len(missed), 'size')} below {flag}")
+        reasons += report.get("problems", [])[:1]
+        lines.append(f"verdict: FAILED: {', '.join(reasons) or 'see above'} ({counts}; {where})")
+    else:
+        peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
+        best = "" if peak is None else f"; peak busbw {peak:.2f} GB/s"
+        lines.append(
+            f"verdict: PASSED ({counts}; {where}{best}; {hosts} of {hosts} "
+            f"{plural(hosts, 'node')} passing)"
+        )
+    if failing:
+        lines.append(f"failing nodes ({len(failing)} of {hosts}): {', '.join(failing)}")
+    if failing or report.get("verdict") == "FAILED":
+        lines.append(f"passing nodes ({len(passing)} of {hosts}): {', '.join(passing) or '-'}")
+    for culprit in report.get("culprits", []):
+        if not _from_checks(culprit):
+            lines.append(f"  {_long(culprit)}")
+    for miss in report.get("misses", []):
+        lines.append(f"  {_miss_text(miss)}")
+    for problem in report.get("problems", []):
+        lines.append(f"  {problem}")
+    return "\n".join(lines)
+
+
+def _from_checks(culprit: dict[str, Any]) -> bool:
+    # The failed checks are named by the verdict's own words already.
+    return bool(culprit["reason"].startswith("wrong or failed"))
+
+
+def _short(culprit: dict[str, Any]) -> str:
+    slow = "wrong data" if "wrong data" in culprit["reason"] else "slow"
+    if culprit["kind"] == "link":
+        (a, b), (ra, rb) = culprit["hosts"], culprit["ranks"]
+        return f"link {a} rank {ra} <-> {b} rank {rb} {slow}"
+    if culprit["kind"] == "node":
+        return f"node {culprit['hosts'][0]} {slow}"
+    return f"rank {culprit['ranks'][0]} on {culprit['hosts'][0]} {slow}"
+
+
+def _long(culprit: dict[str, Any]) -> str:
+    from .verdicts import Culprit
+
+    return Culprit(
+        culprit["kind"], tuple(culprit["hosts"]), tuple(culprit["ranks"]), culprit["reason"]
+    ).text()
+
+
+def _miss_text(miss: dict[str, Any]) -> str:
+    from .thresholds import Miss
+
+    return Miss(
+        miss["kind"],
+        miss["op"],
+        miss["bytes"],
+        miss["busbw_gbps"],
+        miss["limit_gbps"],
+        miss["source"],
+        miss["noise"],
+        miss.get("baseline_gbps"),
+    ).text()
 
 
 def versions() -> dict[str, str | None]:
@@ -129,6 +238,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
     from datetime import datetime, timezone
 
     report: dict[str, Any] = {
+        "verdict": "FAILED",
         "ok": False,
         "error": error,
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -142,8 +252,9 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "ranks": [],
         "checks": [],
         "bandwidth": [],
-    }
-    report.update({k: v for k, v in (so_far or {}).items() if k not in ("ok", "error", "stalled")})
+    } | empty_verdict()
+    keep = ("verdict", "ok", "error", "stalled", "failing_nodes", "passing_nodes", "text")
+    report.update({k: v for k, v in (so_far or {}).items() if k not in keep})
     return report
 
 
@@ -160,24 +271,52 @@ def json_printed() -> bool:
     return _printed
 
 
-def plot(path: Path, report: dict[str, Any]) -> None:
-    """busbw against size, one line per swept operation, into a .png, .svg or .pdf file."""
+def plot(
+    path: Path,
+    report: dict[str, Any],
+    floors: Sequence[Floor] = (),
+    baseline: Sequence[BaselineRow] = (),
+) -> None:
+    """busbw against size, one line per swept operation, into a .png, .svg or .pdf file; each
+    ``--min-busbw`` floor as a red mark (a line across at the largest size when it has no
+    size), the baseline as a dashed line per operation."""
     from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
 
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
+    colours = {}
     for op in OPS:
         rows = [b for b in report["bandwidth"] if b["op"] == op]
         if rows:
-            axes.plot([b["bytes"] for b in rows], [b["busbw_gbps"] for b in rows], "o-", label=op)
+            (line,) = axes.plot(
+                [b["bytes"] for b in rows], [b["busbw_gbps"] for b in rows], "o-", label=op
+            )
+            colours[op] = line.get_color()
+    for op in OPS:
+        base = sorted((b.nbytes, b.busbw_gbps) for b in baseline if b.op == op)
+        if base:
+            axes.plot(
+                [b[0] for b in base],
+                [b[1] for b in base],
+                "--",
+                color=colours.get(op),
+                alpha=0.6,
+                label=f"{op} baseline",
+            )
     ticks = sorted({b["bytes"] for b in report["bandwidth"]})
+    for floor in floors:
+        label = f"{floor.source} {floor.gbps:g} GB/s"
+        if floor.nbytes is None and ticks:
+            axes.axhline(floor.gbps, color="red", linestyle=":", label=label)
+        elif floor.nbytes is not None:
+            axes.plot([floor.nbytes], [floor.gbps], "rv", markersize=9, label=label)
     axes.set_xscale("log", base=2)
     axes.set_xticks(ticks, [format_size(t) for t in ticks], rotation=45, ha="right")
     axes.set_xlabel("size (all_gather: total output)")
     axes.set_ylabel("busbw (GB/s)")
     axes.set_title(
         f"accelbackends check: {report['accelerator']} with {report['backend']}, "
-        f"{report['world_size']} ranks"
+        f"{report['world_size']} ranks: {report.get('verdict', '')}"
     )
     axes.grid(True, alpha=0.3)
     axes.legend()

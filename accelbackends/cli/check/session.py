@@ -90,9 +90,13 @@ class Session:
     stopped: str = ""
 
     def say(self, text: str) -> None:
-        """Print on rank 0, unless the report is JSON."""
+        """Print on rank 0, unless the report is JSON; with ``--quick``, keep it to print after
+        the verdict (a preflight's log opens with its verdict)."""
         if self.ctx.rank == 0 and not self.options.json:
-            say(text)
+            if self.options.quick:
+                self.progress.hold(text)
+            else:
+                say(text)
 
     def attempt(self, call: Callable[[], _T], *, step: str, what: str) -> Attempt[_T]:
         """Run ``call`` under the watchdog as ``step``, then agree on its outcome (see

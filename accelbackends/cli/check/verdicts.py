@@ -1,0 +1,273 @@
+"""The preflight's verdict: which nodes pass, which fail and why, from the finished report.
+
+Pure functions of the report (no torch), the same on every rank. A node fails when a
+correctness check failed on one of its ranks, or when its links are slow or carry wrong data;
+a threshold or baseline miss fails the job without naming a node (every rank took part in the
+collective that missed it).
+
+Slow is relative: a link is slow below ``--link-factor`` times the job's median for its kind
+(between nodes, or within one). The median is taken over the ranks' *best* links, not over the
+links: in a job of three nodes two of the three links run through a slow node, and the median
+link would be a slow one. A rank's best link is slow only when the rank itself is, so the
+median stays a healthy figure while fewer than half the ranks are slow.
+
+Who is to blame: a node when every link between it and the other nodes is bad (and it has links
+to at least two of them, else the two ends cannot be told apart); else a rank when every link
+through it is bad (a GPU or a NIC of its own); else the link itself, which names both ends.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..text import plural, rank_list
+from .sizes import format_size
+from .thresholds import (
+    DEFAULT_BASELINE_FRACTION,
+    BaselineRow,
+    Floor,
+    Miss,
+    below_baseline,
+    below_floors,
+    unmatched_floors,
+)
+
+__all__ = [
+    "DEFAULT_LINK_FACTOR",
+    "INTER",
+    "INTRA",
+    "Culprit",
+    "Limits",
+    "empty_verdict",
+    "judge",
+    "judge_links",
+    "node_verdict",
+]
+
+#: A link is slow below this fraction of the job's median for its kind. Measured on the
+#: project's 2-core machine (docs/check.md, "Per-node and per-link verdicts"): across 17 healthy
+#: runs of four one-rank namespaced nodes the slowest link reached 0.33 to 0.82 of the median
+#: (the cores are shared, so two exchanges at once slow each other); a node held to 100 Mbit/s
+#: reaches about 0.01. 0.3 keeps healthy runs passing and catches a node 3x slower.
+DEFAULT_LINK_FACTOR = 0.3
+
+INTER, INTRA = "inter-node", "intra-node"
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A node, a rank or a link that failed, with why."""
+
+    kind: str  # "node", "rank" or "link"
+    hosts: tuple[str, ...]
+    ranks: tuple[int, ...]
+    reason: str
+
+    def text(self) -> str:
+        """``node n2 (rank 2): every link to the other nodes is slow: ...``."""
+        where = ", ".join(dict.fromkeys(self.hosts))
+        if self.kind == "link":
+            ends = " <-> ".join(
+                f"{h} rank {r}" for h, r in zip(self.hosts, self.ranks, strict=True)
+            )
+            return f"link {ends}: {self.reason}"
+        return f"{self.kind} {where} ({rank_list(list(self.ranks))}): {self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "hosts": list(self.hosts),
+            "ranks": list(self.ranks),
+            "reason": self.reason,
+        }
+
+
+def judge_links(links: list[dict[str, Any]], factor: float) -> list[Culprit]:
+    """Mark each link ``slow`` (in place, with the ``median_gbps`` it was held to) and return
+    the nodes, ranks and links to blame."""
+    medians = {kind: _median_of_best(links, kind) for kind in (INTER, INTRA)}
+    for link in links:
+        median = medians[link["kind"]]
+        link["median_gbps"] = None if median is None else round(median, 6)
+        link["slow"] = bool(link["ok"] and median and link["gbps"] < factor * median)
+    bad = [link for link in links if link["slow"] or not link["ok"]]
+    if not bad:
+        return []
+    culprits: list[Culprit] = []
+    explained: set[int] = set()  # indices into ``bad`` that a node or a rank accounts for
+    host_of = {r: h for link in links for r, h in zip(link["ranks"], link["hosts"], strict=True)}
+    for host in dict.fromkeys(h for link in links for h in link["hosts"]):
+        through = [link for link in links if link["kind"] == INTER and host in link["hosts"]]
+        others = {h for link in through for h in link["hosts"] if h != host}
+        if len(others) >= 2 and all(link in bad for link in through):
+            ranks = sorted({r for r, h in host_of.items() if h == host})
+            culprits.append(
+                Culprit(
+                    "node",
+                    (host,),
+                    tuple(ranks),
+                    _why(through, factor, "every link to the other nodes"),
+                )
+            )
+            explained |= {
+                i for i, link in enumerate(bad) if host in link["hosts"] and link["kind"] == INTER
+            }
+    blamed_hosts = {c.hosts[0] for c in culprits}
+    for rank, host in sorted(host_of.items()):
+        if host in blamed_hosts:
+            continue
+        through = [link for link in links if rank in link["ranks"]]
+        partners = {r for link in through for r in link["ranks"] if r != rank}
+        if len(partners) >= 2 and all(link in bad for link in through):
+            culprits.append(
+                Culprit("rank", (host,), (rank,), _why(through, factor, "every link through it"))
+            )
+            explained |= {i for i, link in enumerate(bad) if rank in link["ranks"]}
+    for i, link in enumerate(bad):
+        if i not in explained:
+            culprits.append(
+                Culprit(
+                    "link",
+                    tuple(link["hosts"]),
+                    tuple(link["ranks"]),
+                    _why([link], factor, "the link"),
+                )
+            )
+    return culprits
+
+
+def _median_of_best(links: Iterable[dict[str, Any]], kind: str) -> float | None:
+    best: dict[int, float] = {}
+    for link in links:
+        if link["kind"] == kind and link["ok"]:
+            for rank in link["ranks"]:
+                best[rank] = max(best.get(rank, 0.0), link["gbps"])
+    return statistics.median(best.values()) if best else None
+
+
+def _why(links: Sequence[dict[str, Any]], factor: float, subject: str) -> str:
+    wrong = [link for link in links if not link["ok"]]
+    if wrong:
+        return f"{subject}: wrong data received ({wrong[0]['detail']})"
+    fastest = max(link["gbps"] for link in links)
+    median = links[0]["median_gbps"]
+    kind = links[0]["kind"]
+    at_best = "" if len(links) == 1 else " at best"
+    return (
+        f"{subject} is slow: {fastest:.3g} GB/s{at_best}, below {factor:g} x the job's "
+        f"{kind} median of {median:.3g} GB/s"
+    )
+
+
+def empty_verdict() -> dict[str, Any]:
+    """The verdict's keys before a verdict (a report so far, a run that could not finish)."""
+    return {
+        "links": [],
+        "failing_nodes": [],
+        "passing_nodes": [],
+        "culprits": [],
+        "misses": [],
+        "problems": [],
+    }
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the run is held to (from the flags; `options.Options` builds it)."""
+
+    floors: tuple[Floor, ...] = ()
+    baseline: tuple[BaselineRow, ...] = ()
+    baseline_path: str | None = None
+    baseline_fraction: float = DEFAULT_BASELINE_FRACTION
+    link_factor: float = DEFAULT_LINK_FACTOR
+
+
+def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) -> dict[str, Any]:
+    """The finished report's verdict keys: the nodes (`node_verdict`), the sizes that missed
+    a floor or the baseline (``misses``), and the limits they were held to (``limits``)."""
+    rows = report["bandwidth"]
+    misses = below_floors(rows, options.floors)
+    problems = [
+        f"{f.source} {format_size(f.nbytes or 0)}={f.gbps:g}: that size was not swept "
+        f"(sizes from {format_size(rows[0]['bytes'])} to {format_size(rows[-1]['bytes'])})"
+        for f in unmatched_floors(rows, options.floors)
+        if rows
+    ]
+    compared = 0
+    if options.baseline:
+        found, compared = below_baseline(
+            rows, options.baseline, options.baseline_fraction, options.baseline_path or "baseline"
+        )
+        misses += found
+        if rows and not compared:
+            problems.append(
+                f"--baseline {options.baseline_path} has no operation and size in common with "
+                "this run; run with the flags (and the number of ranks) of the baseline"
+            )
+    limits = {
+        "min_busbw": [
+            {"bytes": f.nbytes, "gbps": f.gbps, "source": f.source} for f in options.floors
+        ],
+        "baseline": options.baseline_path,
+        "baseline_fraction": options.baseline_fraction,
+        "baseline_sizes_compared": compared,
+        "link_factor": options.link_factor,
+    }
+    return node_verdict(report, culprits, misses, problems) | {"limits": limits}
+
+
+def node_verdict(
+    report: dict[str, Any],
+    culprits: Sequence[Culprit],
+    misses: Sequence[Miss] = (),
+    problems: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The keys a scheduler reads: ``verdict``, ``failing_nodes``, ``passing_nodes``, and the
+    ``culprits`` behind them (correctness failures named by host and rank first); ``problems``
+    fail the job without naming a node, as ``misses`` do."""
+    host_of = {int(r["rank"]): str(r["host"]) for r in report["ranks"]}
+    blamed = [*_wrong_results(report["checks"], host_of), *culprits]
+    failing = sorted({h for c in blamed for h in c.hosts})
+    passing = sorted(set(report["hosts"]) - set(failing))
+    checks_ok = all(c["ok"] for c in report["checks"])
+    ok = checks_ok and not blamed and not misses and not problems and not report.get("error")
+    return {
+        "verdict": "PASSED" if ok else "FAILED",
+        "failing_nodes": failing,
+        "passing_nodes": passing,
+        "culprits": [c.as_json() for c in blamed],
+        "misses": [m.as_json() for m in misses],
+        "problems": list(problems),
+    }
+
+
+def _wrong_results(checks: Sequence[dict[str, Any]], host_of: dict[int, str]) -> list[Culprit]:
+    """A failed correctness check names its ranks; group them by host. A check every rank
+    failed is the backend's, not a node's (all hosts would be named, which is the truth)."""
+    by_host: dict[str, tuple[set[int], list[str]]] = {}
+    for check in checks:
+        if check["ok"] or check["detail"].startswith("not run"):
+            continue
+        for rank in check["ranks"]:
+            host = host_of.get(rank)
+            if host is None:
+                continue
+            ranks, names = by_host.setdefault(host, (set(), []))
+            ranks.add(rank)
+            if check["name"] not in names:
+                names.append(check["name"])
+    culprits = []
+    for host, (ranks, names) in by_host.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        culprits.append(
+            Culprit(
+                "rank",
+                (host,),
+                tuple(sorted(ranks)),
+                f"wrong or failed {plural(len(names), 'collective')}: {shown}",
+            )
+        )
+    return culprits
