@@ -179,21 +179,21 @@ def init(
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
 
-    quiet_torch_logs()
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        raise InitError(
-            "torch.distributed is already initialised by code outside accelbackends "
-            f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context for "
-            "that group, or torch.distributed.destroy_process_group() first"
-        )
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
-    # them all (os.environ exactly as found, no store left listening); on success the stack
-    # moves into _State and destroy() unwinds it.
+    # them all (os.environ exactly as found, TORCH_CPP_LOG_LEVEL included, no store left
+    # listening); on success the stack moves into _State and destroy() unwinds it.
     with contextlib.ExitStack() as steps:
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
+        quiet_torch_logs()  # torch reads it at import, just below; the snapshot restores it
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise InitError(
+                "torch.distributed is already initialised by code outside accelbackends "
+                f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context "
+                "for that group, or torch.distributed.destroy_process_group() first"
+            )
         server = _Held(host_early(cluster, join_s))  # before the slow part
         steps.callback(server.release)
         steps.push(_forget_stores_in_traceback)

@@ -24,7 +24,7 @@ import pluggy
 
 from . import accelerators, environments
 from ._frames import caller_stacklevel, without_pluggy_frames
-from .isolation import Call, PluginTimeout, bounded, codes_of, failure
+from .guard import Call, PluginTimeout, bounded, codes_of, failure
 from .plugin import _installed, config, hookspecs
 from .plugin.errors import ConfigError, PluginError, PluginWarning, describe
 from .plugin.types import (
@@ -260,7 +260,7 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            # A third-party plugin's own code runs bounded, in a thread (accelbackends.isolation).
+            # A third-party plugin's own code runs bounded, in a thread (accelbackends.guard).
             plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
         except PluginTimeout as exc:
             self._fail(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import accelbackends
-from accelbackends import accelerators, isolation
+from accelbackends import accelerators, guard
 from accelbackends import registry as _registry
 from accelbackends.plugin import _installed
 from accelbackends.testing import cluster as kit_cluster
@@ -158,9 +158,9 @@ def wait_until_no_plugin_call_is_stuck(limit: float = 60) -> None:
     """After a test released a plugin call it had let hang: wait for its thread to end, so that
     later tests do not see it as stuck (spawn() would not fork). ``limit`` is a hang guard."""
     deadline = time.monotonic() + limit
-    while isolation.stuck() and time.monotonic() < deadline:
+    while guard.stuck() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert isolation.stuck() == []
+    assert guard.stuck() == []
 
 
 def run_cli(

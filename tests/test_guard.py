@@ -10,7 +10,7 @@ import pytest
 from conftest import AcceleratorPlugin, fake_accelerator, wait_until_no_plugin_call_is_stuck
 
 import accelbackends
-from accelbackends import Registry, isolation, spawning
+from accelbackends import Registry, guard, spawning
 
 
 def _exits() -> None:
@@ -18,13 +18,13 @@ def _exits() -> None:
 
 
 def test_bounded_call_returns_the_value_and_carries_a_plugins_exit_as_an_ordinary_error() -> None:
-    assert isolation.bounded(lambda: 42, 60, "answering") == 42
-    with pytest.raises(isolation.PluginExit) as caught:
-        isolation.bounded(_exits, 60, "exiting")
+    assert guard.bounded(lambda: 42, 60, "answering") == 42
+    with pytest.raises(guard.PluginExit) as caught:
+        guard.bounded(_exits, 60, "exiting")
     assert isinstance(caught.value.original, SystemExit)
-    assert isolation.failure(caught.value) == "SystemExit: 4"
+    assert guard.failure(caught.value) == "SystemExit: 4"
     with pytest.raises(KeyError):
-        isolation.bounded(lambda: {}["missing"], 60, "looking up")
+        guard.bounded(lambda: {}["missing"], 60, "looking up")
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def _rank(ctx: accelbackends.Context) -> int:
 
 
 def test_probe_given_up_on_is_named_as_stuck_until_it_ends(hung_probe: threading.Event) -> None:
-    assert isolation.stuck() == ["detecting slowpoke"]
+    assert guard.stuck() == ["detecting slowpoke"]
     hung_probe.set()
     wait_until_no_plugin_call_is_stuck()
 
