@@ -145,11 +145,11 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         limit = min(deadline, time.monotonic() + _LISTEN_WAIT)
         if _until_listening(cluster.master_port, limit) is False and limit == deadline:
             raise RendezvousError(nobody_listens)
-    peer, probe, error = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    peer, probe, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
     if probe is not None:
         probe.close()
     if peer is storewire.Peer.NOBODY:
-        raise RendezvousError(f"{nobody_listens} ({error})")
+        raise RendezvousError(nobody_listens)
     if peer is not storewire.Peer.STORE:
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "

@@ -282,7 +282,7 @@ def test_sigterm_during_the_wait(server: Server, tmp_path: Path) -> None:
         pid = server.start(script, env, str(run))
         out = script.with_suffix(f".{run}.out")
         deadline = time.monotonic() + LIMIT
-        while "waiting" not in out.read_text() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (out.exists() and "waiting" in out.read_text()):
             time.sleep(0.05)
         time.sleep(0.5 + 0.1 * (run % 5))  # inside the rendezvous wait, at varied points
         os.kill(pid, signal.SIGTERM)
