@@ -8,7 +8,12 @@ torch's store client when the interpreter shut down.
 
 ``ACCELBACKENDS_EXIT_LOOPS`` sets the count (20 by default; small while developing on a shared
 machine). The scripts run in children of a fork server that has imported torch once
-(tests/exit_server.py), so that the twenty runs of every case fit in a few minutes on 2 cores.
+(tests/exit_server.py), so that the twenty runs of every case fit in a few minutes on 2 cores;
+``ACCELBACKENDS_EXIT_FRESH=1`` runs each in a new interpreter instead. The issue's own script,
+100 runs in new interpreters::
+
+    ACCELBACKENDS_EXIT_FRESH=1 ACCELBACKENDS_EXIT_LOOPS=100 \
+        python -m pytest tests/test_exits.py -k plain_listening_socket
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ pytestmark = pytest.mark.slow
 LOOPS = int(os.environ.get("ACCELBACKENDS_EXIT_LOOPS", "20"))
 #: Read at import: the testing kit's fixture removes ACCELBACKENDS_* variables during a test.
 TALLY = os.environ.get("ACCELBACKENDS_EXIT_TALLY")
+#: ``ACCELBACKENDS_EXIT_FRESH=1``: each run in a new interpreter instead of the fork server
+#: (slower: torch is imported every time); how the issue's 100 runs were measured.
+FRESH = os.environ.get("ACCELBACKENDS_EXIT_FRESH", "") == "1"
 #: How many runs of one case at a time.
 PARALLEL = 4
 HERE = Path(__file__).resolve().parent
@@ -57,19 +65,23 @@ sys.exit(0)
 
 
 class Server:
-    """tests/exit_server.py, started once per test module."""
+    """Runs the scripts: in children of tests/exit_server.py, started once per test module, or
+    with `FRESH` each in a new interpreter, as ``python script.py``."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "exit_server.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
+        self.fresh: dict[int, subprocess.Popen[bytes]] = {}
+        self.process = None
+        if not FRESH:
+            self.process = subprocess.Popen(
+                [sys.executable, str(HERE / "exit_server.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=_env(),
+            )
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin and self.process.stdout
+        assert self.process and self.process.stdin and self.process.stdout
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
@@ -79,18 +91,27 @@ class Server:
 
     def start(self, script: Path, env: dict[str, str], tag: str, *argv: str) -> int:
         out, err = script.with_suffix(f".{tag}.out"), script.with_suffix(f".{tag}.err")
+        if FRESH:
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                run = subprocess.Popen(
+                    [sys.executable, str(script), *argv], env=env, stdout=stdout, stderr=stderr
+                )
+            self.fresh[run.pid] = run
+            return run.pid
         request = {"run": str(script), "argv": argv, "env": env, "out": str(out), "err": str(err)}
         pid: int = self._ask(request)["pid"]
         return pid
 
     def wait(self, pid: int) -> int:
+        if pid in self.fresh:
+            return self.fresh.pop(pid).wait(timeout=LIMIT)
         status: int = self._ask({"wait": pid})["status"]
         return status
 
     def close(self) -> None:
-        if self.process.stdin:
+        if self.process and self.process.stdin:
             self.process.stdin.close()
-        self.process.wait(timeout=LIMIT)
+            self.process.wait(timeout=LIMIT)
 
 
 def _env(**extra: str) -> dict[str, str]:
