@@ -17,9 +17,9 @@ import pytest
 
 import accelbackends
 from accelbackends import accelerators
+from accelbackends.plugin import guard
 from accelbackends.plugin import installed as _installed
 from accelbackends.registry import facade as _registry
-from accelbackends.registry import guard as isolation
 from accelbackends.testing import cluster as kit_cluster
 
 # The per-user secret file (rendezvous.membership) goes to a fresh directory, never into the
@@ -159,9 +159,9 @@ def wait_until_no_plugin_call_is_stuck(limit: float = 60) -> None:
     """After a test released a plugin call it had let hang: wait for its thread to end, so that
     later tests do not see it as stuck (spawn() would not fork). ``limit`` is a hang guard."""
     deadline = time.monotonic() + limit
-    while isolation.stuck() and time.monotonic() < deadline:
+    while guard.stuck() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert isolation.stuck() == []
+    assert guard.stuck() == []
 
 
 def run_cli(

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import NoReturn
 
+from ..plugin import guard
 from . import text
 
 __all__ = ["exit", "keep_plugin_output_off_stdout"]
@@ -55,20 +55,5 @@ def keep_plugin_output_off_stdout(enabled: bool) -> Callable[[], None]:
 
 def exit(code: int) -> NoReturn:
     """Exit with ``code``, skipping the interpreter's shutdown whenever another thread is still
-    running.
-
-    A non-daemon thread (a plugin's, or a plugin call given up on: those are threads too) would
-    keep the interpreter waiting forever. A daemon thread inside a native call that released
-    the GIL (a torch store connect or wait, a Gloo collective) is worse: when that call returns
-    while the interpreter shuts down, CPython ends the thread from inside torch's C++ frames and
-    the process aborts ("terminate called without an active exception", status 134 instead of
-    ``code``). The command's output is flushed first; only atexit callbacks and finalisers are
-    skipped."""
-    main = threading.main_thread()
-    running = [t for t in threading.enumerate() if t is not main and t.is_alive()]
-    if running:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
-    sys.exit(code)
+    running: the exit policy of `accelbackends.plugin.guard.leave`, which says why."""
+    guard.leave(code)

@@ -210,21 +210,21 @@ def init(
     if cluster.rank == 0:  # once per job, not once per rank
         warn_unknown_variables(registry)
 
-    quiet_torch_logs()
-    dist = import_torch_distributed()
-
-    if dist.is_initialized():
-        raise InitError(
-            "torch.distributed is already initialised by code outside accelbackends "
-            f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context for "
-            "that group, or torch.distributed.destroy_process_group() first"
-        )
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
-    # them all (os.environ exactly as found, no store left listening); on success the stack
-    # moves into _State and destroy() unwinds it.
+    # them all (os.environ exactly as found, TORCH_CPP_LOG_LEVEL included, no store left
+    # listening); on success the stack moves into _State and destroy() unwinds it.
     with contextlib.ExitStack() as steps:
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
+        quiet_torch_logs()  # torch reads it at import, just below; the snapshot restores it
+        dist = import_torch_distributed()
+
+        if dist.is_initialized():
+            raise InitError(
+                "torch.distributed is already initialised by code outside accelbackends "
+                f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context "
+                "for that group, or torch.distributed.destroy_process_group() first"
+            )
         # step: host
         server = _Held(host_early(cluster, join_s))  # before the slow part
         steps.callback(server.release)

@@ -42,11 +42,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
+from ..plugin import guard
 from ..plugin.errors import ConfigError, SpawnError, describe
+from ..plugin.guard import stuck
 from ..plugin.types import ClusterInfo
-from ..registry.guard import stuck
 from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
@@ -188,7 +189,7 @@ def _child(
         )
         conn.close()
         destroy()
-        sys.exit(1)
+        _leave(1)
     destroy()
     try:
         payload = _dumps(result)
@@ -206,12 +207,24 @@ def _child(
             )
         )
         conn.close()
-        sys.exit(1)
+        _leave(1)
     try:
         conn.send(("ok", cluster.rank, None))
         conn.send_bytes(payload)
     finally:
         conn.close()
+    if stuck():
+        _leave(0)
+
+
+def _leave(code: int) -> NoReturn:
+    """A rank's exit. Where a thread given up on still runs (a plugin call, check's heartbeat
+    past its wait), the interpreter's shutdown could abort in it, so `guard.leave`
+    skips that shutdown (a rank started with ``start_method="spawn"`` goes through it; a forked
+    one leaves with ``os._exit`` anyway); otherwise the user's atexit callbacks run as usual."""
+    if stuck():
+        guard.leave(code)
+    sys.exit(code)
 
 
 def _type_name(value: object) -> str:

@@ -32,6 +32,7 @@ from ..plugin.errors import (
     PluginWarning,
     describe,
 )
+from ..plugin.guard import Call, PluginTimeout, bounded, codes_of, failure
 from ..plugin.types import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -42,7 +43,6 @@ from ..plugin.types import (
     Probe,
 )
 from .frames import caller_stacklevel, without_pluggy_frames
-from .guard import Call, PluginTimeout, bounded, codes_of, failure
 
 if TYPE_CHECKING:
     from ..plugin.types import Context
@@ -268,7 +268,7 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            # A third-party plugin's own code runs bounded, in a thread (`guard`).
+            # A third-party plugin's own code runs bounded, in a thread (`plugin.guard`).
             plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
         except PluginTimeout as exc:
             self._fail(

@@ -134,20 +134,20 @@ def _said(value: str, source: str) -> str:
 
 def resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> list[str] | None:
     """The addresses ``host`` resolves to, or None when it does not resolve within ``timeout``
-    seconds (a resolver that hangs must not hold the rendezvous past its own timeout)."""
-    import threading
+    seconds (a resolver that hangs must not hold the rendezvous past its own timeout).
 
-    found: list[list[str]] = []
+    The look-up runs through `accelbackends.plugin.guard`; one given up on stays there, recorded, in
+    the C library (no torch frame), where the interpreter's shutdown can end it safely."""
+    from ..plugin.guard import PluginTimeout, bounded
 
-    def lookup() -> None:
-        with contextlib.suppress(OSError, UnicodeError):
-            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-            found.append([str(info[4][0]) for info in infos])
+    def lookup() -> list[str]:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        return [str(info[4][0]) for info in infos]
 
-    worker = threading.Thread(target=lookup, name="accelbackends-resolve", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    return found[0] if found and found[0] else None
+    try:
+        return bounded(lookup, timeout, f"resolving {host!r}") or None
+    except (PluginTimeout, OSError, UnicodeError):
+        return None
 
 
 def is_local_address(address: str) -> bool:

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from typing import Any
 
 from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
 from ..plugin.types import ClusterInfo
-from . import membership, network
+from . import membership, network, storewire
 from .membership import Admission, Secret, load_secret
 from .torchlog import quiet_torch_logs
 
@@ -38,9 +37,6 @@ __all__ = [
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
 _KEY = "accelbackends"
 _WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", "*"})
-#: How much longer than its own timeout a store connection may take before it counts as hung
-#: (torch retries with back-off inside the timeout and may overrun it by a few seconds).
-_CONNECT_GRACE = 1.0
 #: How often a client on rank 0's host looks whether rank 0's store listens yet, seconds.
 _LISTEN_POLL = 0.005
 #: How long it looks before connecting anyway (torch's client then retries on its own): a rank 0
@@ -104,85 +100,75 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
 def _warn_the_other_job(cluster: ClusterInfo) -> None:
     """This job's other ranks may already have joined the job that holds the port (same port,
     same keys when the launcher gives no job identity): tell that job's rank 0, which then
-    refuses to admit them rather than run with another job's ranks. Best effort, quick."""
-    import torch.distributed as dist
-
-    def tell() -> None:
-        with contextlib.suppress(Exception):
-            store = dist.TCPStore(
-                "127.0.0.1",
-                cluster.master_port or 0,
-                cluster.world_size,
-                False,
-                timedelta(seconds=_CONFLICT_TIMEOUT),
-            )
-            membership.report_conflict(
-                store,
-                f"{_KEY}/{cluster.run_id}/",
-                f"a job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
-                f"{_port_said(cluster)} taken by another job, so ranks of both jobs may be "
-                "joining one rendezvous; give each job its own MASTER_PORT",
-            )
-
-    # Whatever holds the port may accept and never answer (a store client then blocks for
-    # minutes): a daemon thread, waited for briefly.
-    worker = threading.Thread(target=tell, name="accelbackends-port-conflict", daemon=True)
-    worker.start()
-    worker.join(_CONFLICT_TIMEOUT + 1)
+    refuses to admit them rather than run with another job's ranks. Best effort, quick, and in
+    plain Python on the calling thread: whatever holds the port may accept and never answer,
+    where torch's client would block for minutes (`accelbackends.rendezvous.storewire`)."""
+    deadline = time.monotonic() + _CONFLICT_TIMEOUT
+    peer, client, _ = storewire.probe("127.0.0.1", cluster.master_port or 0, deadline)
+    if client is None:
+        log.debug(
+            "port %s: not telling its holder about the conflict: %s",
+            cluster.master_port,
+            peer.value,
+        )
+        return
+    with contextlib.closing(client), contextlib.suppress(OSError):
+        membership.report_conflict(
+            client,
+            f"{_KEY}/{cluster.run_id}/",
+            f"a job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
+            f"{_port_said(cluster)} taken by another job, so ranks of both jobs may be "
+            "joining one rendezvous; give each job its own MASTER_PORT",
+        )
 
 
 def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
+    """torch's store client, constructed on the calling thread once a pure-Python ping has shown
+    that a store answers at rank 0's address (`storewire`): torch's client blocks
+    for minutes, whatever its timeout, on a peer that accepts and never answers, and a thread
+    left waiting for it would still be inside torch when ``init()`` returns. Costs one extra
+    connection to the store per rank (its server looks the peer's name up, as for every
+    connection: docs/performance.md)."""
     import torch.distributed as dist
 
+    assert cluster.master_addr and cluster.master_port
     where = (
         f"{cluster.master_addr}:{cluster.master_port} "
         f"({cluster.source('master_addr')}/{cluster.source('master_port')})"
     )
     seconds = timeout.total_seconds()
-    outcome: dict[str, Any] = {}
-
-    def connect() -> None:
-        try:
-            remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
-            outcome["store"] = dist.TCPStore(
-                cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
-            )
-        except Exception as exc:
-            outcome["error"] = exc
-
     nobody_listens = (
         f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
         f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
         "address reachable from this node?"
     )
-    if cluster.master_addr and cluster.master_port and network.is_this_host(cluster.master_addr):
+    if network.is_this_host(cluster.master_addr):
         limit = min(deadline, time.monotonic() + _LISTEN_WAIT)
         if _until_listening(cluster.master_port, limit) is False and limit == deadline:
             raise RendezvousError(nobody_listens)
-    # A TCPStore client whose peer accepts the connection but never answers (another program on
-    # MASTER_PORT, or a store whose backlog is full of idle connections) blocks for minutes in
-    # torch 2.13, whatever its timeout; the constructor releases the GIL, so wait for it from
-    # here and give up at the rendezvous deadline. The stuck thread is a daemon and dies with
-    # the process.
-    worker = threading.Thread(target=connect, name="accelbackends-store-connect", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()) + _CONNECT_GRACE)
-    if worker.is_alive() and not _answers_tcp(cluster.master_addr, cluster.master_port):
+    peer, probe, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    if probe is not None:
+        probe.close()
+    if peer is storewire.Peer.NOBODY:
         raise RendezvousError(nobody_listens)
-    if worker.is_alive():
+    if peer is not storewire.Peer.STORE:
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
-            f"answer as a rendezvous store within {seconds:g} s: another program is using that "
-            "port, or the store is flooded with connections that never speak (a denial of "
-            "service on MASTER_PORT)"
+            f"answer as a rendezvous store within {seconds:g} s ({peer.value}): another program "
+            "is using that port, or the store is flooded with connections that never speak (a "
+            "denial of service on MASTER_PORT)"
         )
-    if "error" in outcome:
+    try:
+        remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
+        return dist.TCPStore(
+            cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
+        )
+    except RuntimeError as exc:  # DistError; a plain RuntimeError before torch 2.6
         raise RendezvousError(
             f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
-            f"{seconds:g} s: {first_line(outcome['error']).rstrip('.')}; is rank 0 running, "
+            f"{seconds:g} s: {first_line(exc).rstrip('.')}; is rank 0 running, "
             "and is the address reachable from this node?"
         ) from None
-    return outcome["store"]
 
 
 def _until_listening(port: int, deadline: float) -> bool | None:
@@ -201,15 +187,6 @@ def _until_listening(port: int, deadline: float) -> bool | None:
         if listens is not False or time.monotonic() >= deadline:
             return listens
         time.sleep(_LISTEN_POLL)
-
-
-def _answers_tcp(host: str | None, port: int | None) -> bool:
-    """Whether anything accepts a TCP connection at ``host:port`` right now."""
-    try:
-        socket.create_connection((host or "127.0.0.1", port or 0), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:

@@ -10,11 +10,16 @@ import threading
 import time
 from typing import Any
 
+from ...plugin import guard
+
 __all__ = ["Heartbeat"]
 
 #: How often each rank bumps its counter, and how long a silent counter takes to count as stopped.
 INTERVAL = 1.0
 SILENT_AFTER = 3.0
+#: How long ``stop`` waits for a store call in flight: a round trip to a live store takes
+#: milliseconds, and one to a store that is gone fails as soon as its connection breaks.
+STOP_WAIT = 5.0
 _KEY = "accelbackends/check/alive/"
 
 
@@ -75,4 +80,13 @@ class Heartbeat:
         )
 
     def stop(self) -> None:
+        """End the thread and wait for it (at most `STOP_WAIT`): a daemon thread left inside a
+        store call would abort the interpreter's shutdown when the call returns (CPython
+        3.10-3.13), in a ``spawn()`` rank or a ``check`` rank alike. One that still has not
+        returned is recorded in `accelbackends.plugin.guard`, whose exit skips that shutdown."""
         self._stop.set()
+        if self._thread is None or self._thread is threading.current_thread():
+            return
+        self._thread.join(STOP_WAIT)
+        if self._thread.is_alive():
+            guard.give_up(f"check heartbeat of rank {self._rank} (a store call)", self._thread)

@@ -1,33 +1,68 @@
-"""Calling a plugin's code so that it cannot take the host down with it.
+"""Not part of the plugin layer's stability promise: used by the package itself.
 
-Each call runs in a daemon thread of its own and is waited for up to a limit. Whatever it raises
-comes back to the caller, ``SystemExit`` and ``KeyboardInterrupt`` included (raised by plugin
-code in a thread they are the plugin's doing, never the user's Ctrl-C, which reaches the main
-thread); one that has not returned by the limit is given up on, and remembered: a thread that
-may hold an import lock or a driver library's lock must not be copied into a forked child, so
-``spawn`` does not fork while one is still running (``stuck``).
+The one runner for foreign or blocking code with a deadline, and the record of what it
+gave up on.
+
+Foreign code (a third-party plugin's import, declaration, probe or hook; the C library's name
+look-up) runs here, in a daemon thread of its own, waited for up to a limit (`bounded`, `Call`).
+Whatever it raises comes back to the caller, ``SystemExit`` and ``KeyboardInterrupt`` included
+(raised by plugin code in a thread they are the plugin's doing, never the user's Ctrl-C, which
+reaches the main thread). A call that has not returned by the limit is given up on and recorded;
+so is any other thread of ours that could not be joined in time (`give_up`: check's heartbeat).
+Three readers use the record:
+
+- ``spawn()`` does not fork while a recorded thread runs (`stuck`): it may hold an import lock or
+  a driver library's lock, which a forked child would inherit locked;
+- the exit of a process accelbackends owns (the command line, a ``spawn()`` rank) skips the
+  interpreter's shutdown while any thread still runs (`leave`): on CPython 3.10-3.13 a daemon
+  thread whose native call returns during the shutdown is ended from inside that call, and in
+  torch's C++ that aborts the process ("terminate called without an active exception", status
+  134 instead of the caller's);
+- tests, which wait until nothing is recorded.
+
+Policy for library calls (``init()``, ``select()``, ``attach()``), whose process and exit status
+belong to the user: no thread of ours is left inside torch when they return or raise. The store
+code runs torch on the calling thread only, after a pure-Python exchange has shown that the peer
+is a live store (`rendezvous.storewire`), so it has nothing to give up on. What this runner can
+still give up on is foreign code: a plugin call past ``ACCELBACKENDS_PLUGIN_TIMEOUT``, a name
+look-up past its limit. It stays recorded and keeps running as a daemon; it cannot be joined (it
+does not return), and an ``atexit`` hook that ``os._exit``-ed could not know the status the user's
+``sys.exit`` asked for, so none is installed. The cost, said in docs/troubleshooting.md: a plugin
+call that hangs inside C++ and returns just while the user's interpreter shuts down can still
+abort it; one that hangs in Python code, or never returns, cannot.
 
 Why threads and not a probe subprocess, as conda does for CUDA: a child interpreter that loads
 the plugins and runs detection costs 0.3 to 0.5 s on every ``info``, ``select()`` and ``init()``
 (see benchmarks/README.md), where a thread costs about 0.1 ms; a plugin that hangs is rare, and
-the one thing a stuck thread could still break, a fork, is avoided.
+what a stuck thread could still break, a fork or an exit, is guarded here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from types import CodeType, FrameType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from ..plugin.errors import describe
+from .errors import describe
 
-__all__ = ["Call", "PluginExit", "PluginTimeout", "bounded", "failure", "stuck"]
+__all__ = [
+    "Call",
+    "PluginExit",
+    "PluginTimeout",
+    "bounded",
+    "failure",
+    "give_up",
+    "leave",
+    "stuck",
+]
 
 _T = TypeVar("_T")
 
-#: Calls given up on, as (what, thread); pruned of the finished ones by ``stuck``.
+#: Threads given up on, as (what, thread); pruned of the finished ones by ``stuck``.
 _abandoned: list[tuple[str, threading.Thread]] = []
 _lock = threading.Lock()
 
@@ -91,8 +126,7 @@ class Call(Generic[_T]):
 
     def abandon(self) -> None:
         """Give up on the call: it keeps running, as a daemon, and ``stuck`` names it."""
-        with _lock:
-            _abandoned.append((self.what, self._thread))
+        give_up(self.what, self._thread)
 
     def where(self, codes: dict[CodeType, str]) -> str | None:
         """The innermost of ``codes`` (code object → name) the still-running call is in."""
@@ -114,8 +148,14 @@ def bounded(function: Callable[[], _T], limit: float, what: str) -> _T:
     return call.result()
 
 
+def give_up(what: str, thread: threading.Thread) -> None:
+    """Record ``thread``, which its owner stopped waiting for while it still runs."""
+    with _lock:
+        _abandoned.append((what, thread))
+
+
 def stuck() -> list[str]:
-    """What each plugin call given up on, and still running, was doing."""
+    """What each thread given up on, and still running, was doing."""
     with _lock:
         _abandoned[:] = [(what, thread) for what, thread in _abandoned if thread.is_alive()]
         return [what for what, _ in _abandoned]
@@ -129,3 +169,19 @@ def codes_of(functions: Iterable[tuple[object, str]]) -> dict[CodeType, str]:
         if isinstance(code, CodeType):
             found[code] = name
     return found
+
+
+def leave(code: int) -> NoReturn:
+    """Exit a process accelbackends owns with ``code``, skipping the interpreter's shutdown
+    whenever another thread still runs (one recorded here, or any other: a plugin's own thread).
+
+    A non-daemon thread would keep the interpreter waiting forever; a daemon thread inside a
+    native call can abort the shutdown (see the module's docstring). Standard output and error
+    are flushed first; only atexit callbacks and finalisers are skipped."""
+    main = threading.main_thread()
+    if stuck() or any(t is not main and t.is_alive() for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)

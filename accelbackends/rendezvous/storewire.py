@@ -1,0 +1,106 @@
+"""Just enough of torch's TCP store protocol, in plain Python, to ask a port whether a live store
+is there and to leave it one key, with a deadline that Python's socket honours.
+
+torch's own store client (``TCPStore(..., is_master=False)``, torch 2.13) blocks for minutes
+whatever its timeout when the peer accepts the connection but never answers (another program on
+``MASTER_PORT``, a store whose backlog is full of idle connections), and it cannot be interrupted:
+run in a thread and given up on, it stays inside torch's C++, where the interpreter's shutdown
+aborts the process when the call finally returns (CPython 3.10-3.13). So the rendezvous first
+asks here, on the calling thread, and constructs torch's client only for a peer that answered
+as a store (`accelbackends.rendezvous`); the notice to a job holding rank 0's port goes out here
+entirely. Nothing here needs a thread, and a socket left behind is closed by the kernel.
+
+The wire format (``torch/csrc/distributed/c10d/TCPStoreBackend.hpp`` and ``Utils.hpp``, the same
+from torch 2.4, the floor, to 2.13): a one-byte query type, then its arguments in native byte
+order, strings and byte vectors as a 64-bit length followed by the bytes. A client first sends
+``VALIDATE`` with a magic number (no reply; a wrong one closes the connection); ``PING`` with a
+32-bit number is answered with the same number; ``SET`` has no reply, so a ping after it says it
+was applied (one connection is served in order). torch's client puts ``/`` in front of every key.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import struct
+import time
+
+__all__ = ["Peer", "StoreClient", "probe"]
+
+_VALIDATE, _SET, _PING = 0, 1, 13
+_MAGIC = 0x3C85F7CE
+_KEY_PREFIX = "/"
+#: How often a peer that refused the connection (rank 0 not listening yet) is asked again, s.
+_RETRY = 0.05
+
+
+class Peer(enum.Enum):
+    """What answered at a store's address."""
+
+    STORE = "a torch store answered"
+    NOBODY = "nothing accepts connections there"
+    SILENT = "the connection was accepted, but no answer came"
+    OTHER = "the peer answered, but not as a torch store"
+
+
+class StoreClient:
+    """A connection to a torch TCP store that has answered a ping; ``set`` as torch's client
+    does it. Every exchange ends by ``deadline`` (``time.monotonic()``) or raises ``OSError``."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def _exchange(self, message: bytes) -> None:
+        nonce = os.getpid() & 0xFFFFFFFF
+        self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
+        self._sock.sendall(message + struct.pack("=BI", _PING, nonce))
+        answer = b""
+        while len(answer) < 4:
+            chunk = self._sock.recv(4 - len(answer))
+            if not chunk:
+                raise ConnectionResetError("the peer closed the connection")
+            answer += chunk
+        if struct.unpack("=I", answer)[0] != nonce:
+            raise ConnectionError("the peer answered a ping with another number")
+
+    def set(self, key: str, value: str | bytes) -> None:
+        data = value.encode() if isinstance(value, str) else value
+        name = (_KEY_PREFIX + key).encode()
+        self._exchange(
+            struct.pack("=BQ", _SET, len(name)) + name + struct.pack("=Q", len(data)) + data
+        )
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def probe(host: str, port: int, deadline: float) -> tuple[Peer, StoreClient | None, str]:
+    """Ask ``host:port`` until ``deadline`` whether a torch store answers there.
+
+    A refused or unreachable connection is tried again every few milliseconds (the store may
+    not listen yet); an accepted one is waited on until the deadline, which also covers a store
+    that answers late (the 5-second stall of docs/performance.md). Returns what answered, a
+    connected client when it was a store (the caller closes it), and the last error in words."""
+    error = "no answer"
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            sock = socket.create_connection((host, port), timeout=max(0.001, remaining))
+        except OSError as exc:  # refused (not listening yet), unreachable, dropped: again
+            error = str(exc) or type(exc).__name__
+            if time.monotonic() + _RETRY >= deadline:
+                return Peer.NOBODY, None, error
+            time.sleep(_RETRY)
+            continue
+        client = StoreClient(sock, deadline)
+        try:
+            client._exchange(struct.pack("=BI", _VALIDATE, _MAGIC))
+        except TimeoutError as exc:
+            client.close()
+            return Peer.SILENT, None, str(exc)
+        except OSError as exc:  # closed, reset, or a wrong answer
+            client.close()
+            return Peer.OTHER, None, str(exc) or type(exc).__name__
+        return Peer.STORE, client, ""
