@@ -308,6 +308,13 @@ def _initialise(
         spec.bind,
         request,
     )
+    if cluster.world_size > 1 and "LOCAL_RANK" not in os.environ:
+        # torch 2.15's NCCL (ProcessGroupNCCL2) picks its GPU when the group is created, from
+        # LOCAL_RANK where set, else from the global rank: under a launcher that sets no
+        # LOCAL_RANK (srun, mpirun) that could be another GPU than the one bound. The
+        # frameworks' variables are exported after init anyway; `environment` takes this one
+        # back if init fails, destroy() when it succeeded.
+        os.environ["LOCAL_RANK"] = str(cluster.local_rank)
     timeout = timedelta(seconds=timeout_s)
     if spec.backend_options is not None:
         options = _plugin_call(
