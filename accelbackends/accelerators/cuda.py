@@ -328,10 +328,9 @@ def eager_init(
 
 def _index(device: Any) -> int:
     """The index of ``device`` (a ``torch.device`` or a string such as ``"cuda:1"``)."""
-    index = getattr(device, "index", None)
-    if index is None:
-        index = int(str(device).rpartition(":")[2] or 0)
-    return int(index)
+    if isinstance(device, str):
+        return int(device.rpartition(":")[2] or 0)
+    return int(device.index or 0)
 
 
 def nccl_options(
