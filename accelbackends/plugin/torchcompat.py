@@ -26,6 +26,7 @@ __all__ = [
     "NCCL_BACKENDS",
     "address_in_use",
     "backend_plugins",
+    "bound_device",
     "current_accelerator_device",
     "default_store",
     "group_timeout",
@@ -299,3 +300,10 @@ def nccl_device_at_creation(
     if local_rank is not None:
         return int(local_rank) % device_count
     return rank % device_count
+
+
+def bound_device(group: Any) -> Any:
+    """The device ``group`` is bound to, or None: ``ProcessGroup.bound_device_id``, set by
+    ``init_process_group(device_id=...)`` (torch 2.3 and later) and, from torch 2.15, by the
+    NCCL2 backend to the GPU it picked when the group was created."""
+    return getattr(group, "bound_device_id", None)
