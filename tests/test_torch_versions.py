@@ -262,3 +262,38 @@ def test_the_fake_xpu_torch_keeps_torchs_backend_entry_points(tmp_path: Any) -> 
     assert len(written) == 1
     carried = (written[0] / "entry_points.txt").read_text() if real else ""
     assert carried == real
+
+
+# -- what info and validation say about torch 2.15's NCCL -------------------------------------
+
+
+def test_info_names_the_nccl_implementation_of_the_installed_torch() -> None:
+    env: dict[str, str] = {}
+    assert "ProcessGroupNCCL2 (TORCH_DIST_USE_NCCL2=0 for the legacy one): binds its GPU" in (
+        torchcompat.nccl_note("nccl", "2.15.0+cu132", env) or ""
+    )
+    assert "legacy ProcessGroupNCCL" in (
+        torchcompat.nccl_note("nccl", "2.15.0", {"TORCH_DIST_USE_NCCL2": "0"}) or ""
+    )
+    assert "ProcessGroupNCCLLazy" in (torchcompat.nccl_note("nccl-lazy", "2.15.0", env) or "")
+    assert "uses the current device" in (torchcompat.nccl_note("nccl", "2.13.0", env) or "")
+    assert (torchcompat.nccl_note("nccl2", "2.13.0", env) or "").startswith(
+        "error: torch 2.13.0 has no 'nccl2' backend"
+    )
+    assert torchcompat.nccl_note("gloo", "2.15.0", env) is None
+
+
+@pytest.mark.parametrize("value", ["off", "false", ""])
+def test_a_nccl2_switch_torch_would_read_as_on_is_refused(value: str) -> None:
+    problem = torchcompat.nccl_switch_problem({"TORCH_DIST_USE_NCCL2": value})
+    assert problem is not None and "torch reads only '0' as off" in problem
+    with pytest.raises(accelbackends.ConfigError, match=f"TORCH_DIST_USE_NCCL2='{value}'"):
+        cuda.nccl_options(_request(env={"TORCH_DIST_USE_NCCL2": value}), "2.15.0", device_count=2)
+    for fine in ("0", "1"):
+        assert torchcompat.nccl_switch_problem({"TORCH_DIST_USE_NCCL2": fine}) is None
+
+
+def test_info_refuses_a_nccl2_switch_torch_would_misread(cli: Any) -> None:
+    result = cli("info", env={"TORCH_DIST_USE_NCCL2": "off"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "TORCH_DIST_USE_NCCL2='off': torch reads only '0' as off" in result.stderr

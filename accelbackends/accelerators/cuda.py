@@ -346,6 +346,9 @@ def nccl_options(
     problem = torchcompat.nccl_backend_problem(request.backend, torch_version)
     if problem is not None:
         raise InitError(f"backend {request.backend!r}: {problem}")
+    switch = torchcompat.nccl_switch_problem(request.env)
+    if switch is not None:
+        raise ConfigError(switch)
     binds = torchcompat.nccl_binds_at_creation(request.backend, torch_version, request.env)
     eager = eager_init(request.env, torch_version, binds_at_creation=binds)
     if binds and not eager and device_count:

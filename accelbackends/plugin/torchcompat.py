@@ -35,6 +35,8 @@ __all__ = [
     "nccl_backend_problem",
     "nccl_binds_at_creation",
     "nccl_device_at_creation",
+    "nccl_note",
+    "nccl_switch_problem",
     "privateuse1_backend_name",
     "process_group_backend",
     "register_device_module",
@@ -307,3 +309,41 @@ def bound_device(group: Any) -> Any:
     ``init_process_group(device_id=...)`` (torch 2.3 and later) and, from torch 2.15, by the
     NCCL2 backend to the GPU it picked when the group was created."""
     return getattr(group, "bound_device_id", None)
+
+
+def nccl_switch_problem(env: Mapping[str, str]) -> str | None:
+    """What is wrong with `NCCL2_SWITCH` in ``env``, or None.
+
+    torch 2.15 takes exactly ``0`` as "legacy NCCL" and any other value as NCCL2, so ``off``
+    or ``false`` would silently keep NCCL2.
+    """
+    value = env.get(NCCL2_SWITCH)
+    if value is None or value in ("0", "1"):
+        return None
+    return (
+        f"{NCCL2_SWITCH}={value!r}: torch reads only '0' as off (legacy ProcessGroupNCCL) and "
+        "any other value as on (ProcessGroupNCCL2); set it to 0 or 1"
+    )
+
+
+def nccl_note(backend: str, torch_version: str | None, env: Mapping[str, str]) -> str | None:
+    """For ``info``: which NCCL implementation ``backend`` is on torch ``torch_version`` and
+    when it binds its GPU; None for a backend that is not an NCCL name. Reads no torch."""
+    if backend not in NCCL_BACKENDS or torch_version is None:
+        return None
+    problem = nccl_backend_problem(backend, torch_version)
+    if problem is not None:
+        return f"error: {problem}"
+    if release(torch_version) < NCCL2_FROM:
+        return (
+            f"torch {torch_version}'s ProcessGroupNCCL, which uses the current device (set when "
+            "accelbackends binds the rank)"
+        )
+    if nccl_binds_at_creation(backend, torch_version, env):
+        implementation = "ProcessGroupNCCL2" if backend != "nccl-lazy" else "ProcessGroupNCCLLazy"
+        switch = f" ({NCCL2_SWITCH}=0 for the legacy one)" if backend == "nccl" else ""
+        return (
+            f"torch {torch_version}'s {implementation}{switch}: binds its GPU when the group is "
+            "created; accelbackends passes the GPU it bound as device_id"
+        )
+    return f"torch {torch_version}'s legacy ProcessGroupNCCL ({NCCL2_SWITCH}=0 or nccl-legacy)"
