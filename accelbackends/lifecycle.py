@@ -23,7 +23,7 @@ from .integrations import _environment, _recognition
 from .membership import __name__ as _membership_module
 from .membership import verify_group
 from .network import GLOO_INTERFACE, gloo_interface_for
-from .plugin import config
+from .plugin import config, torchcompat
 from .plugin.errors import (
     AccelBackendsError,
     ConfigError,
@@ -425,7 +425,7 @@ def _destroy_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.destroy_process_group()
+        torchcompat.destroy_process_group()  # torch before 2.9 can deadlock here otherwise
 
 
 def _wait_until_every_rank_is_connected(

@@ -12,6 +12,7 @@ versions" page; the CI leg ``.ci/torch-versions.sh`` runs the oldest and the new
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from .packages import TorchBuild
 
 __all__ = [
+    "GIL_FREE_DESTROY_FROM",
     "LIBUV_LISTEN_FD_FROM",
     "NCCL2_BACKENDS",
     "NCCL2_FROM",
@@ -29,6 +31,7 @@ __all__ = [
     "bound_device",
     "current_accelerator_device",
     "default_store",
+    "destroy_process_group",
     "group_timeout",
     "is_xccl_available",
     "mark_xccl_available",
@@ -50,6 +53,15 @@ __all__ = [
 #: listening socket; before, it says "The libuv TCPStore backend does not support
 #: initialization with an listen fd" (seen on 2.4.1), and only the legacy server can.
 LIBUV_LISTEN_FD_FROM = (2, 9)
+
+#: Before torch 2.9 a process group is destroyed with the GIL held, while a Gloo worker thread
+#: that has just finished a collective may need the GIL to free that collective's tensors
+#: (the last reference, when the caller dropped its own): the destructor joins the worker and
+#: the worker waits for the GIL, forever. Fixed upstream in pytorch/pytorch#154976 (mid-2025);
+#: seen on 2.4.1 (a one-rank all_reduce, then destroy) and 2.6, not on 2.9.1.
+GIL_FREE_DESTROY_FROM = (2, 9)
+#: How long `destroy_process_group` leaves the GIL free first on those releases, in steps.
+_GIL_FREE_STEPS, _GIL_FREE_STEP = 10, 0.01
 
 #: torch 2.15 made ``"nccl"`` its torchcomms-based ``ProcessGroupNCCL2`` and added the names
 #: ``nccl2`` (the same), ``nccl-lazy`` (per-peer communicators made on first use) and
@@ -347,3 +359,19 @@ def nccl_note(backend: str, torch_version: str | None, env: Mapping[str, str]) -
             "created; accelbackends passes the GPU it bound as device_id"
         )
     return f"torch {torch_version}'s legacy ProcessGroupNCCL ({NCCL2_SWITCH}=0 or nccl-legacy)"
+
+
+def destroy_process_group() -> None:
+    """``torch.distributed.destroy_process_group()``, where the installed torch destroys a
+    Gloo group with the GIL held (before `GIL_FREE_DESTROY_FROM`) after leaving the GIL free for
+    a moment, so that a worker finishing its last collective can release it first.
+
+    This narrows the window of torch's deadlock rather than closing it (only torch's fix can):
+    a worker not scheduled within those 0.1 s still meets the destructor.
+    """
+    import torch.distributed as dist
+
+    if release() < GIL_FREE_DESTROY_FROM:
+        for _ in range(_GIL_FREE_STEPS):
+            time.sleep(_GIL_FREE_STEP)
+    dist.destroy_process_group()
