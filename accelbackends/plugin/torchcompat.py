@@ -220,8 +220,8 @@ def unsupported_by_backend(exc: BaseException) -> bool:
 
 
 def is_xccl_available() -> bool:
-    """``torch.distributed.is_xccl_available()``; False on torch 2.4 to 2.7, which have no
-    such function (XCCL arrived in 2.8)."""
+    """``torch.distributed.is_xccl_available()``; False where torch has no such function
+    (2.4; XCCL arrived in 2.8)."""
     import torch.distributed as dist
 
     check = getattr(dist, "is_xccl_available", None)
@@ -260,9 +260,9 @@ def group_timeout(group: Any) -> float | None:
     """The collective timeout ``group`` was made with, in seconds; None where torch does not
     tell.
 
-    ``ProcessGroup.options._timeout``: torch 2.4 to 2.13 (gone by 2.15). From there the
-    backend of each device type keeps its own ``options._timeout``; the group's first device
-    type's is read.
+    ``ProcessGroup.options._timeout``: torch 2.4 (gone by 2.13; the design notes say from
+    2.6). Without it the backend of each device type keeps its own ``options._timeout``
+    (2.4 to 2.15); the group's first device type's is read.
     """
     import torch
 
