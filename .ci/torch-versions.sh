@@ -6,7 +6,8 @@
 # check, the accelerator plugins with their fake stacks, launcher recognition, attach and the
 # torch-version differences (docs/torch-versions.md); tests/gpu skips itself without a GPU.
 #
-# pip's own cache (not disabled here) keeps the wheels, several GB each, for the next run.
+# The torch wheels are kept for the next run in ACCELBACKENDS_CI_WHEELS (default: a directory
+# under the user's cache), so only the first run downloads them.
 # Usage: .ci/torch-versions.sh [VERSION ...]   (default: the oldest and the newest below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,23 +35,47 @@ tests=(
 
 venvs=$(mktemp -d)
 trap 'rm -rf "$venvs"' EXIT
-summary=()
-for version in "${versions[@]}"; do
-    venv="$venvs/torch-$version"
+
+# torch and its NVIDIA packages (several GB per release) are kept as wheels between runs:
+# pip's own HTTP cache may not keep them (it follows the index's cache headers), and
+# `pip download` skips a file already in the directory.
+wheels=${ACCELBACKENDS_CI_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/accelbackends-ci/torch-wheels}
+mkdir -p "$wheels"
+
+# The installs (downloads, mostly) run side by side; each writes how long it took.
+install() {
+    local version=$1 venv="$venvs/torch-$1" start pip
     start=$(date +%s)
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "torch==$version" -e '.[test]'
-    installed=$(date +%s)
-    build=$("$venv/bin/python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPU" if torch.cuda.is_available() else "no GPU")')
-    echo "torch-versions: torch $version installed ($build)"
-    # -p no:cacheprovider: nothing written into the clean clone.
+    pip=("$venv/bin/pip" --disable-pip-version-check)
+    {
+        "${pip[@]}" download --quiet -d "$wheels/$version" "torch==$version" &&
+            "${pip[@]}" install --quiet --no-index --find-links "$wheels/$version" "torch==$version" &&
+            "${pip[@]}" install --quiet -e '.[test]'
+    } >"$venv.log" 2>&1 || { cat "$venv.log" >&2; return 1; }
+    echo $(($(date +%s) - start)) >"$venv.seconds"
+}
+started=$(date +%s)
+pids=()
+for version in "${versions[@]}"; do
+    install "$version" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+echo "torch-versions: installed ${versions[*]} in $(($(date +%s) - started)) s"
+
+summary=()
+failed=0
+for version in "${versions[@]}"; do
+    venv="$venvs/torch-$version"
+    build=$("$venv/bin/python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "with a GPU" if torch.cuda.is_available() else "no GPU")')
+    echo "torch-versions: torch $version ($build)"
+    start=$(date +%s)
     status=0
+    # -p no:cacheprovider: nothing written into the clean clone.
     "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra "${tests[@]}" || status=$?
-    finished=$(date +%s)
-    summary+=("torch $version ($build): installed in $((installed - start)) s, tested in $((finished - installed)) s, pytest exit $status")
-    rm -rf "$venv"
+    [ "$status" = 0 ] || failed=1
+    summary+=("torch $version ($build): installed in $(cat "$venv.seconds") s, tested in $(($(date +%s) - start)) s, pytest exit $status")
 done
 printf 'torch-versions: %s\n' "${summary[@]}"
-for line in "${summary[@]}"; do
-    case "$line" in *"pytest exit 0") ;; *) exit 1 ;; esac
-done
+exit "$failed"
