@@ -14,12 +14,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 from accelbackends import ConfigError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
 
 INTRUDERS = Path(__file__).parent / "intruders"
+#: plain_torch.py finds the job's keys with TCPStore.list_keys, which torch has from 2.12.
+NEEDS_LIST_KEYS = pytest.mark.skipif(
+    not hasattr(dist.TCPStore, "list_keys"),
+    reason=f"torch {torch.__version__} has no TCPStore.list_keys (2.12 added it), which the "
+    "plain-torch intruder uses to find the job's keys",
+)
 LIMIT = 120  # seconds any process of these tests may take before the test fails
 
 
@@ -188,6 +196,7 @@ def test_two_honest_ranks_with_nothing_configured_meet_and_share_the_user_secret
     ],
     ids=["plain-torch-attack", "intruder-claims-rank-1"],
 )
+@NEEDS_LIST_KEYS
 def test_plain_torch_intruder_joining_an_env_job_is_refused_and_named(
     config_home: Path, processes: list[subprocess.Popen[str]], claim: list[str], named: str
 ) -> None:
@@ -200,6 +209,7 @@ def test_plain_torch_intruder_joining_an_env_job_is_refused_and_named(
 
 
 @pytest.mark.slow
+@NEEDS_LIST_KEYS
 def test_intruder_against_the_cli_exits_1_with_one_line_naming_it(
     config_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from accelbackends.plugin import torchcompat
+
 SCRIPT = textwrap.dedent("""
-    import sys, torch, torch.distributed as dist, accelbackends
+    import os, sys, torch, torch.distributed as dist, accelbackends
     ctx = accelbackends.init()
     t = torch.tensor([ctx.rank + 1.0])
     dist.all_reduce(t)
     sys.stdout.write(f"RANK {ctx.rank}/{ctx.world_size} local {ctx.local_rank}/"
                      f"{ctx.local_world_size} launcher {ctx.launcher} "
-                     f"hosted {ctx.cluster.store_hosted} sum {t.item():g};\\n")
+                     f"hosted {ctx.cluster.store_hosted} sum {t.item():g};"
+                     f"agent store {os.environ.get('TORCHELASTIC_USE_AGENT_STORE')};\\n")
     sys.stdout.flush()
     accelbackends.destroy()
 """)
@@ -43,9 +46,17 @@ def _torchrun(tmp_path: Path, *launcher_args: str) -> subprocess.CompletedProces
 def test_torchrun_standalone_two_ranks(tmp_path: Path) -> None:
     result = _torchrun(tmp_path, "--standalone", "--nproc-per-node", "2")
     assert result.returncode == 0, result.stderr
+    # torchrun hosts the store in its agent and says so (TORCHELASTIC_USE_AGENT_STORE=True)
+    # from some release after 2.4; torch 2.4.1's torchrun --standalone does not, and rank 0
+    # hosts it there.
+    hosted = "True" if torchcompat.release() >= (2, 13) else None
+    agent = re.findall(r"agent store (\w+)", result.stdout)
+    assert len(agent) == 2 and len(set(agent)) == 1, result.stdout
+    assert hosted is None or agent[0] == hosted
+    hosted = str(agent[0] == "True")
     assert sorted(re.findall(r"RANK [^;]*", result.stdout)) == [
-        "RANK 0/2 local 0/2 launcher torchrun hosted True sum 3",
-        "RANK 1/2 local 1/2 launcher torchrun hosted True sum 3",
+        f"RANK 0/2 local 0/2 launcher torchrun hosted {hosted} sum 3",
+        f"RANK 1/2 local 1/2 launcher torchrun hosted {hosted} sum 3",
     ]
 
 

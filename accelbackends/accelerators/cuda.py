@@ -27,6 +27,7 @@ from ..plugin import (
     gloo_or,
     hookimpl,
     sysfs,
+    torchcompat,
 )
 from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
 from ..plugin.locality import pci_locality, visible_localities
@@ -303,9 +304,13 @@ def _bind(request: BindRequest) -> Any:
     return torch.device("cuda", index)
 
 
-def eager_init(env: Mapping[str, str], torch_version: str) -> bool:
-    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else on
-    from `EAGER_INIT_SAFE_FROM`."""
+def eager_init(
+    env: Mapping[str, str], torch_version: str, *, binds_at_creation: bool = False
+) -> bool:
+    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else on where
+    the backend binds its GPU when the group is created (``binds_at_creation``: torch 2.15's
+    ``ProcessGroupNCCL2``, see `torchcompat.nccl_binds_at_creation`), else on from
+    `EAGER_INIT_SAFE_FROM`."""
     release = TorchBuild(torch_version).release
     value = config.read_name(env, EAGER_INIT)
     if value is not None:
@@ -316,21 +321,69 @@ def eager_init(env: Mapping[str, str], torch_version: str) -> bool:
                 "init_process_group (added in 2.3); unset it or upgrade torch"
             )
         return wanted
+    if binds_at_creation:
+        return True
     return EAGER_INIT_SAFE_FROM is not None and release >= EAGER_INIT_SAFE_FROM
 
 
-def nccl_options(request: OptionsRequest, torch_version: str) -> BackendOptions:
-    """What ``init_process_group`` gets for NCCL with torch ``torch_version``."""
+def _index(device: Any) -> int:
+    """The index of ``device`` (a ``torch.device`` or a string such as ``"cuda:1"``)."""
+    if isinstance(device, str):
+        return int(device.rpartition(":")[2] or 0)
+    return int(device.index or 0)
+
+
+def nccl_options(
+    request: OptionsRequest, torch_version: str, device_count: int | None = None
+) -> BackendOptions:
+    """What ``init_process_group`` gets for NCCL with torch ``torch_version``.
+
+    Where the backend binds its GPU when the group is created (torch 2.15's
+    ``ProcessGroupNCCL2``), the device accelbackends bound goes with it as ``device_id``;
+    with `EAGER_INIT` ``=0`` the GPU torch would pick instead (from ``LOCAL_RANK``, else the
+    global rank, modulo ``device_count``) must be the bound one, or this is an error.
+    """
+    problem = torchcompat.nccl_backend_problem(request.backend, torch_version)
+    if problem is not None:
+        raise InitError(f"backend {request.backend!r}: {problem}")
+    switch = torchcompat.nccl_switch_problem(request.env)
+    if switch is not None:
+        raise ConfigError(switch)
+    binds = torchcompat.nccl_binds_at_creation(request.backend, torch_version, request.env)
+    eager = eager_init(request.env, torch_version, binds_at_creation=binds)
+    if binds and not eager and device_count:
+        _refuse_another_gpu(request, torch_version, device_count)
     env_defaults = {}
     if not any(request.env.get(name, "").strip() for name in _ERROR_HANDLING_VARIABLES):
         env_defaults[_ERROR_HANDLING_VARIABLES[0]] = _ERROR_HANDLING_DEFAULT
     return BackendOptions(
         # Gloo serves CPU tensors beside NCCL's GPU tensors (object collectives, CPU metrics).
-        "cpu:gloo,cuda:nccl",
+        f"cpu:gloo,cuda:{request.backend}",
         request.timeout,
-        device_id=request.device if eager_init(request.env, torch_version) else None,
+        device_id=request.device if eager else None,
         env_defaults=env_defaults,
     )
+
+
+def _refuse_another_gpu(request: OptionsRequest, torch_version: str, device_count: int) -> None:
+    bound = _index(request.device)
+    picked = torchcompat.nccl_device_at_creation(
+        device_id=None, env=request.env, rank=request.cluster.rank, device_count=device_count
+    )
+    if picked != bound:
+        source = (
+            f"LOCAL_RANK={request.env['LOCAL_RANK']}"
+            if "LOCAL_RANK" in request.env
+            else f"global rank {request.cluster.rank}"
+        )
+        raise InitError(
+            f"{EAGER_INIT}={config.read_name(request.env, EAGER_INIT)}: torch {torch_version}'s "
+            f"{request.backend!r} backend binds its GPU when the group is created and, without "
+            f"device_id, would take cuda:{picked} ({source} modulo {device_count} GPUs), but "
+            f"accelbackends bound local rank {request.cluster.local_rank} to cuda:{bound}; "
+            f"unset {EAGER_INIT}, or set {torchcompat.NCCL2_SWITCH}=0 for the legacy NCCL "
+            "backend, which uses the current device"
+        )
 
 
 @gloo_or
@@ -343,14 +396,15 @@ def _backend_options(request: OptionsRequest) -> BackendOptions:
             f"torch {torch.__version__} was built without NCCL; use "
             f"{config.BACKEND}=gloo or install a CUDA or ROCm build of torch"
         )
-    return nccl_options(request, torch.__version__)
+    return nccl_options(request, torch.__version__, torch.cuda.device_count())
 
 
 SPEC = AcceleratorSpec(
     name="cuda",
     device_type="cuda",
     priority=PRIORITY,
-    backends=("nccl", "gloo"),
+    # nccl2, nccl-lazy and nccl-legacy from torch 2.15 (refused by name before).
+    backends=(*torchcompat.NCCL_BACKENDS, "gloo"),
     default_backend="nccl",
     detect=_detect,
     bind=_bind,

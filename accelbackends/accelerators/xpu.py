@@ -34,7 +34,7 @@ from ..plugin import (
 from ..plugin.devices import device_index, ze_visible
 from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import Installed, TorchBuild, installed, torch_build
-from ..plugin.torchcompat import backend_plugins
+from ..plugin.torchcompat import backend_plugins, is_xccl_available
 
 __all__ = [
     "INTEL_VENDOR",
@@ -258,10 +258,9 @@ def ccl_environment(request: OptionsRequest) -> dict[str, str]:
 @gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
     import torch
-    import torch.distributed as dist
 
     if request.backend == "xccl":
-        if not dist.is_xccl_available():
+        if not is_xccl_available():
             raise InitError(
                 f"torch {torch.__version__} was built without the xccl backend "
                 f"(torch.distributed.is_xccl_available() is False); install {ONECCL} and set "

@@ -17,7 +17,7 @@ from typing import Any
 from ..job import affinity, worldcheck
 from ..job.recognise import recognise
 from ..job.select import select
-from ..plugin import config
+from ..plugin import config, torchcompat
 from ..plugin.errors import AccelBackendsError, ConfigError, first_line
 from ..plugin.packages import installed
 from ..registry.facade import Registry
@@ -173,6 +173,13 @@ def collect(
     if membership_line.startswith("error: "):
         errors.append(membership_line.removeprefix("error: "))
         bad_input.append(True)
+    nccl = None
+    if selection is not None:
+        nccl = torchcompat.nccl_note(selection.backend, _installed_version("torch"), registry.env)
+    switch = torchcompat.nccl_switch_problem(registry.env)
+    if switch is not None:
+        errors.append(switch)
+        bad_input.append(True)
     override_errors = config.validate(registry.env)
     new = [message for message in override_errors.values() if message not in errors]
     errors += new
@@ -186,6 +193,7 @@ def collect(
         "plugins_error": plugins_error,
         "accelerators": accelerators,
         "selected": selected,
+        "nccl": nccl,
         "cluster": cluster,
         "membership": membership_line,
         "torch": torch_section,
@@ -295,6 +303,8 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
     else:
         lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
         lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
+    if report.get("nccl"):
+        lines.append(f"  nccl: {report['nccl']}")
     lines.append("")
     if report["plugins_error"]:
         lines.append(f"accelerators: not detected: error: {report['plugins_error']}")

@@ -15,6 +15,7 @@ import os
 import warnings
 from typing import Any
 
+from ..plugin import torchcompat
 from ..plugin.errors import AccelBackendsWarning, InitError
 from ..plugin.types import ClusterInfo, Context, Selection
 from ..registry.facade import Registry, default_registry
@@ -77,9 +78,10 @@ def _framework_device(selection: Selection, local_rank: int) -> Any:
     """The device the framework made current, or the one accelbackends would bind."""
     import torch
 
-    current = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    # None on a CUDA or XPU build of torch with no device present (torchcompat says how).
+    current = torchcompat.current_accelerator_device()
     if current is not None:
-        return torch.device(current.type, torch.accelerator.current_device_index())
+        return current
     if selection.accelerator == "cpu":
         return torch.device("cpu")
     return torch.device(selection.accelerator, local_rank)
@@ -172,10 +174,7 @@ def attach(
 
 def _group_timeout() -> float:
     """The default group's collective timeout in seconds; 0.0 where torch does not tell."""
-    try:
-        from torch.distributed import distributed_c10d as c10d
+    from torch.distributed import distributed_c10d as c10d
 
-        # Private in torch 2.4 to 2.13: the options the default group was made with.
-        return float(c10d._get_default_group().options._timeout.total_seconds())
-    except Exception:
-        return 0.0
+    timeout = torchcompat.group_timeout(c10d._get_default_group())
+    return 0.0 if timeout is None else timeout

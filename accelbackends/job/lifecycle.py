@@ -33,7 +33,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from ..plugin import config
+from ..plugin import config, torchcompat
 from ..plugin.errors import (
     AccelBackendsError,
     ConfigError,
@@ -350,6 +350,13 @@ def _initialise(
         spec.bind,
         request,
     )
+    if cluster.world_size > 1 and "LOCAL_RANK" not in os.environ:
+        # torch 2.15's NCCL (ProcessGroupNCCL2) picks its GPU when the group is created, from
+        # LOCAL_RANK where set, else from the global rank: under a launcher that sets no
+        # LOCAL_RANK (srun, mpirun) that could be another GPU than the one bound. The
+        # frameworks' variables are exported after init anyway; `environment` takes this one
+        # back if init fails, destroy() when it succeeded.
+        os.environ["LOCAL_RANK"] = str(cluster.local_rank)
     # step: options
     timeout = timedelta(seconds=timeout_s)
     if spec.backend_options is not None:
@@ -467,7 +474,7 @@ def _destroy_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.destroy_process_group()
+        torchcompat.destroy_process_group()  # torch before 2.9 can deadlock here otherwise
 
 
 def _wait_until_every_rank_is_connected(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ..plugin import torchcompat
 from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
 from ..plugin.types import ClusterInfo
 from . import membership, network, storewire
@@ -82,8 +83,8 @@ def _server(cluster: ClusterInfo, timeout: timedelta) -> Any:
             timeout,
             wait_for_workers=False,
         )
-    except dist.DistNetworkError as exc:
-        if "EADDRINUSE" in str(exc) or "address already in use" in str(exc):
+    except RuntimeError as exc:  # DistNetworkError from torch 2.6, a plain one on 2.4
+        if torchcompat.address_in_use(exc):
             message = (
                 f"{_port_said(cluster)}: port {cluster.master_port} is already in use on this "
                 "host, so rank 0 cannot host the rendezvous store there (another job or "
@@ -159,7 +160,7 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
             "denial of service on MASTER_PORT)"
         )
     try:
-        remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
+        remaining = torchcompat.store_timeout(max(0.1, deadline - time.monotonic()))
         return dist.TCPStore(
             cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
         )
@@ -374,17 +375,9 @@ def host_loopback_store(world_size: int, timeout: float) -> tuple[Any, int]:
     TCPStore alone listens on every address; giving it a socket bound to 127.0.0.1 keeps a
     single-node job's unauthenticated store off the network.
     """
-    import torch.distributed as dist
-
     sock = free_loopback_socket()
     port = int(sock.getsockname()[1])
-    store = dist.TCPStore(
-        "127.0.0.1",
-        port,
-        world_size,
-        True,
-        timedelta(seconds=timeout),
-        wait_for_workers=False,
-        master_listen_fd=sock.detach(),
+    store = torchcompat.store_on_listening_socket(
+        port, world_size, timedelta(seconds=timeout), sock.detach()
     )
     return store, port

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugin.torchcompat import process_group_backend
+from ..plugin.torchcompat import bound_device, process_group_backend
 
 __all__ = ["PREFIX", "main", "parse"]
 
@@ -68,6 +68,10 @@ def _device_all_reduce(device: Any, value: float) -> tuple[float | None, bool]:
     return float(tensor.item()), True
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m accelbackends.testing.rank_program")
     parser.add_argument("--root", default="/", help="filesystem root the probes look under")
@@ -108,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "process_group_backend": ctx.process_group_backend,
                 "get_backend": dist.get_backend(),
                 "device": str(ctx.device),
+                # The GPU torch 2.15's NCCL took when the group was created (None: unbound).
+                "bound_device": _text(bound_device(dist.group.WORLD)),
                 "cpu_sum": float(cpu.item()),
                 "device_sum": device_sum,
                 "on_device": on_device,

@@ -42,8 +42,11 @@ class FakeStack:
         if not target.exists():
             shutil.copytree(_FAKES / package, target, ignore=shutil.ignore_patterns("__pycache__"))
 
-    def installed(self, distribution: str, version: str, *top_level: str) -> FakeStack:
-        """Installed-package metadata for ``distribution`` (``.dist-info``), nothing else."""
+    def installed(
+        self, distribution: str, version: str, *top_level: str, entry_points: str = ""
+    ) -> FakeStack:
+        """Installed-package metadata for ``distribution`` (``.dist-info``), nothing else but
+        ``entry_points`` (an ``entry_points.txt``) where given."""
         stem = f"{distribution.replace('-', '_')}-{version}"
         info = self.directory / f"{stem}.dist-info"
         info.mkdir(exist_ok=True)
@@ -52,6 +55,8 @@ class FakeStack:
             encoding="utf-8",
         )
         (info / "top_level.txt").write_text("".join(f"{t}\n" for t in top_level), "utf-8")
+        if entry_points:
+            (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
         return self
 
     def habana(self, *, devices: int = 2, version: str = "1.21.0") -> FakeStack:
@@ -92,7 +97,10 @@ class FakeStack:
         shutil.copy2(_FAKES / "sitecustomize.py", self.directory / "sitecustomize.py")
         self.variables[runtime.XPU_DEVICES] = str(devices)
         self.variables[runtime.XCCL] = "1" if xccl else "0"
-        return self.installed("torch", version, "torch")
+        # From torch 2.14 the built-in backends (gloo, nccl, xccl) are registered through the
+        # torch distribution's own `torch.distributed.backends` entry points: metadata without
+        # them hides gloo ("Unknown c10d backend type GLOO"), so the fake keeps the real ones.
+        return self.installed("torch", version, "torch", entry_points=_torch_entry_points())
 
     def nvml(
         self, gpus: list[nvml.FakeGpu], *, driver: str = "550.54.15", failure: str | None = None
@@ -109,3 +117,13 @@ class FakeStack:
         env["PYTHONPATH"] = os.pathsep.join(path)
         env.update(self.variables)
         return env
+
+
+def _torch_entry_points() -> str:
+    """The installed torch distribution's ``entry_points.txt`` ("" where it has none)."""
+    from importlib import metadata
+
+    try:
+        return metadata.distribution("torch").read_text("entry_points.txt") or ""
+    except metadata.PackageNotFoundError:
+        return ""

@@ -15,6 +15,7 @@ import torch
 
 from accelbackends import Registry
 from accelbackends.accelerators import _nvml
+from accelbackends.plugin import torchcompat
 from accelbackends.plugin.types import Probe
 from accelbackends.testing import launch_ranks
 from accelbackends.testing.rank_program import parse
@@ -80,6 +81,29 @@ def test_eager_init_passes_device_id_and_still_communicates() -> None:
     for report in run(n, ACCELBACKENDS_EAGER_INIT="1"):
         assert "error" not in report, report
         assert report["device_sum"] == float(n * (n + 1) // 2)
+
+
+_NCCL2 = pytest.mark.skipif(
+    torchcompat.release() < torchcompat.NCCL2_FROM,
+    reason=f"torch {torch.__version__}'s NCCL binds no GPU when the group is created (2.15 does)",
+)
+
+
+@_NCCL2
+@pytest.mark.parametrize("eager", ["", "0"])
+def test_torch_2_15_nccl_is_bound_to_the_gpu_accelbackends_bound(eager: str) -> None:
+    """torch 2.15's ProcessGroupNCCL2 picks its GPU when the group is created: with device_id
+    (the default) and without it (ACCELBACKENDS_EAGER_INIT=0, torch then reads LOCAL_RANK), it
+    must be the one each rank was bound to, also with the visible GPUs listed in reverse."""
+    n = gpus()
+    reverse = ",".join(str(i) for i in reversed(range(n)))
+    env = {"ACCELBACKENDS_EAGER_INIT": eager} if eager else {}
+    for visible in ({}, {"CUDA_VISIBLE_DEVICES": reverse}):
+        for rank, report in enumerate(run(n, **env, **visible)):
+            assert "error" not in report, report
+            assert report["device"] == f"cuda:{rank}"
+            assert report["bound_device"] == report["device"], report
+            assert report["device_sum"] == float(n * (n + 1) // 2)
 
 
 def test_one_gpu_made_visible_is_cuda_0_for_the_process() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...plugin import torchcompat
 from ...plugin.torchcompat import default_store  # only the heartbeat uses it
 
 __all__ = [
@@ -24,7 +25,7 @@ _BACKEND_DISTRIBUTIONS = {
 def backend_library_version(backend: str) -> str | None:
     """The version of the library behind ``backend`` where it is known (NCCL/RCCL from torch,
     oneCCL and HCCL from their bindings' metadata); None for Gloo (built into torch)."""
-    if backend == "nccl":
+    if backend in torchcompat.NCCL_BACKENDS:
         try:
             import torch
 

@@ -8,12 +8,12 @@ cannot corrupt its own report.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from ...plugin import torchcompat
 from ...plugin.errors import AccelBackendsError, describe
 from ..text import say
 from .agree import max_over_ranks
@@ -40,10 +40,6 @@ _T = TypeVar("_T")
 # Outcomes of one call on one rank, ordered so that the maximum over the ranks is the worst.
 COMPLETED, UNSUPPORTED, RAISED = 0, 1, 2
 
-_UNSUPPORTED = re.compile(
-    r"not supported|unsupported|does not support|not implemented|no support", re.IGNORECASE
-)
-
 
 def control_group(ctx: Context, timeout: float) -> Any:
     """A Gloo group for the run's own traffic where the backend under test is something else.
@@ -61,8 +57,9 @@ def control_group(ctx: Context, timeout: float) -> Any:
 
 
 def _is_unsupported(exc: Exception) -> bool:
-    """Whether the backend says it does not implement the call, rather than failing it."""
-    return isinstance(exc, NotImplementedError) or bool(_UNSUPPORTED.search(str(exc)))
+    """Whether the backend says it does not implement the call, rather than failing it (how
+    each torch words that: `torchcompat.unsupported_by_backend`)."""
+    return torchcompat.unsupported_by_backend(exc)
 
 
 @dataclass(frozen=True)
