@@ -124,7 +124,7 @@ def _warn_the_other_job(cluster: ClusterInfo) -> None:
 
 
 def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
-    """torch's store client, constructed on the calling thread once a pure-Python ping has shown
+    """torch's store client, constructed on the calling thread once a pure-Python query has shown
     that a store answers at rank 0's address (`storewire`): torch's client blocks
     for minutes, whatever its timeout, on a peer that accepts and never answers, and a thread
     left waiting for it would still be inside torch when ``init()`` returns. Costs one extra

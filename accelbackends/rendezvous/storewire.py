@@ -11,24 +11,27 @@ as a store (`accelbackends.rendezvous`); the notice to a job holding rank 0's po
 entirely. Nothing here needs a thread, and a socket left behind is closed by the kernel.
 
 The wire format (``torch/csrc/distributed/c10d/TCPStoreBackend.hpp`` and ``Utils.hpp``, the same
-from torch 2.4, the floor, to 2.13): a one-byte query type, then its arguments in native byte
-order, strings and byte vectors as a 64-bit length followed by the bytes. A client first sends
-``VALIDATE`` with a magic number (no reply; a wrong one closes the connection); ``PING`` with a
-32-bit number is answered with the same number; ``SET`` has no reply, so a ping after it says it
-was applied (one connection is served in order). torch's client puts ``/`` in front of every key.
+from torch 2.4, the floor, to 2.15, legacy and libuv servers alike): a one-byte query type, then
+its arguments in native byte order, strings and byte vectors as a 64-bit length followed by the
+bytes. A client first sends ``VALIDATE`` with a magic number (no reply; a wrong one closes the
+connection); ``GETNUMKEYS`` is answered with the store's key count as a 64-bit integer (``PING``
+would echo a number, but torch 2.4 has no ``PING``); ``SET`` has no reply, so a
+key count after it says it was applied (one connection is served in order). torch's client puts
+``/`` in front of every key.
 """
 
 from __future__ import annotations
 
 import enum
-import os
 import socket
 import struct
 import time
 
 __all__ = ["Peer", "StoreClient", "probe"]
 
-_VALIDATE, _SET, _PING = 0, 1, 13
+_VALIDATE, _SET, _GETNUMKEYS = 0, 1, 7
+#: More keys than any rendezvous writes: an answer above it is not a key count.
+_MAX_KEYS = 1 << 40
 _MAGIC = 0x3C85F7CE
 _KEY_PREFIX = "/"
 #: How often a peer that refused the connection (rank 0 not listening yet) is asked again, s.
@@ -45,25 +48,25 @@ class Peer(enum.Enum):
 
 
 class StoreClient:
-    """A connection to a torch TCP store that has answered a ping; ``set`` as torch's client
-    does it. Every exchange ends by ``deadline`` (``time.monotonic()``) or raises ``OSError``."""
+    """A connection to a torch TCP store that has answered a key-count query; ``set`` as torch's
+    client does it. Every exchange ends by ``deadline`` (``time.monotonic()``) or raises
+    ``OSError``."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
         self._deadline = deadline
 
     def _exchange(self, message: bytes) -> None:
-        nonce = os.getpid() & 0xFFFFFFFF
         self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
-        self._sock.sendall(message + struct.pack("=BI", _PING, nonce))
+        self._sock.sendall(message + struct.pack("=B", _GETNUMKEYS))
         answer = b""
-        while len(answer) < 4:
-            chunk = self._sock.recv(4 - len(answer))
+        while len(answer) < 8:
+            chunk = self._sock.recv(8 - len(answer))
             if not chunk:
                 raise ConnectionResetError("the peer closed the connection")
             answer += chunk
-        if struct.unpack("=I", answer)[0] != nonce:
-            raise ConnectionError("the peer answered a ping with another number")
+        if not 0 <= struct.unpack("=q", answer)[0] < _MAX_KEYS:
+            raise ConnectionError("the peer answered a key-count query with no key count")
 
     def set(self, key: str, value: str | bytes) -> None:
         data = value.encode() if isinstance(value, str) else value
