@@ -401,3 +401,22 @@ def test_quick_text_report_opens_with_the_verdict_and_the_steps_follow() -> None
         "[4/4]",
     ]
     assert lines[-1].startswith("      intra-node  0 <-> 1")  # the link table ends the steps
+
+
+def test_link_speeds_are_not_judged_where_cpu_ranks_outnumber_the_cores() -> None:
+    from types import SimpleNamespace
+
+    from accelbackends.cli.check.links import _crowding
+    from accelbackends.plugin.threads import available_cores
+
+    cores = available_cores()
+
+    def ctx(device: str, ranks: int, cpus: tuple[int, ...] = ()) -> Any:
+        return SimpleNamespace(
+            device=SimpleNamespace(type=device), local_world_size=ranks, cpus=cpus
+        )
+
+    crowded = _crowding(ctx("cpu", cores + 1))
+    assert f"{cores + 1} CPU ranks share {cores} core" in crowded
+    assert _crowding(ctx("cpu", cores)) == ""
+    assert _crowding(ctx("cuda", cores + 1)) == ""  # a device's links do not take turns on cores

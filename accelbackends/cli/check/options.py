@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...plugin import config
 from ...plugin.errors import ConfigError
+from ...plugin.threads import available_cores
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 from .thresholds import (
@@ -319,16 +320,9 @@ def _check_plot_target(target: str) -> None:
         )
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def check_ranks(nproc: int) -> None:
     """Refuse a --nproc this node cannot start: every rank is a process with its own torch."""
-    cores = _cores()
+    cores = available_cores()
     limit = max(MIN_RANKS_LIMIT, MAX_RANKS_PER_CORE * cores)
     if nproc > limit:
         raise ConfigError(
@@ -341,7 +335,7 @@ def check_ranks(nproc: int) -> None:
 
 def oversubscription(nproc: int, device_type: str) -> str | None:
     """A note where more CPU ranks than cores share the node, else None."""
-    cores = _cores()
+    cores = available_cores()
     if device_type != "cpu" or nproc <= cores:
         return None
     return (
