@@ -395,3 +395,63 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
     )
     worker.join(LIMIT)
     assert errors and "answers an old challenge" in errors[0] and "stale rank" in errors[0]
+
+
+# --- a forged verdict (issue 28) -------------------------------------------------------------
+
+#: The rendezvous timeout of the forged-verdict tests: every rank must end within it (plus the
+#: verdict grace and a process's start-up), not in init_process_group's 30 minutes.
+FORGERY_TIMEOUT = 15
+
+
+def _forged_job(
+    config_home: Path, processes: list[subprocess.Popen[str]], zero: dict[str, str], forge: bool
+) -> tuple[tuple[int, str, str], tuple[int, str, str], float]:
+    """Rank 0 (its environment extended by ``zero``), a forger when ``forge``, then rank 1;
+    returns both ranks' results and how long the slower one took."""
+    port = _free_port()
+    timeout = {"ACCELBACKENDS_RENDEZVOUS_TIMEOUT": str(FORGERY_TIMEOUT)}
+    started = time.monotonic()
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port, **timeout, **zero))
+    processes.append(rank_zero)
+    if forge:
+        forger = _start("forger.py", clean_environment(os.environ), str(port), "accelbackends//1/")
+        processes.append(forger)
+        assert forger.stdout is not None
+        # Rank 1 comes once the forged verdict is in the store, as a slow rank would.
+        assert forger.stdout.readline().startswith("forger: verdict written")
+    rank_one = _start("victim.py", _rank_env(config_home, 1, port, **timeout))
+    processes.append(rank_one)
+    one = _finish(rank_one)
+    zero_result = _finish(rank_zero)
+    return zero_result, one, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_forged_verdict_ends_every_rank_within_the_rendezvous_timeout_naming_it(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: rank 1 refused the unsigned verdict and left, rank 0 entered init_process_group
+    and was still waiting at 120 s."""
+    (code0, out0, err0), (code1, out1, err1), took = _forged_job(
+        config_home, processes, {}, forge=True
+    )
+    assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
+    assert took < FORGERY_TIMEOUT + 10, took
+    assert "forged verdict" in _error_line(err0), err0
+    assert "rank 1 refused" in _error_line(err0)
+    assert "forged it" in _error_line(err1) and "MASTER_PORT" in _error_line(err1), err1
+
+
+@pytest.mark.slow
+def test_rank_zero_alone_with_the_secret_off_is_told_by_the_refusing_rank(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: 21 s / 62 s / more than 120 s, nothing named."""
+    (code0, out0, err0), (code1, out1, err1), took = _forged_job(
+        config_home, processes, {"ACCELBACKENDS_SECRET": "off"}, forge=False
+    )
+    assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
+    assert took < FORGERY_TIMEOUT + 10, took
+    assert "the ranks' secrets differ" in _error_line(err0), err0
+    assert "ACCELBACKENDS_SECRET=off" in _error_line(err1), err1
