@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,7 +149,9 @@ def test_secret_from_a_value_a_file_or_off(tmp_path: Path) -> None:
     file.chmod(0o600)
     from_file = membership.load_secret({membership.SECRET: str(file)})
     assert from_file.key == b"from-a-file" and str(file) in from_file.source
-    off = membership.load_secret({membership.SECRET: "OFF"})
+    with warnings.catch_warnings():  # warned about once per process (tested below)
+        warnings.simplefilter("ignore")
+        off = membership.load_secret({membership.SECRET: "OFF"})
     assert not off.enabled and "not checked" in off.source
 
 
@@ -156,10 +159,77 @@ def test_secret_file_readable_by_everyone_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "job.secret"
     file.write_text("shared-with-the-world")
     file.chmod(0o644)
-    with pytest.raises(ConfigError, match=r"readable by every user.*chmod 600"):
+    with pytest.raises(ConfigError, match=r"open to other users \(mode 0644.*chmod 600"):
         membership.load_secret({membership.SECRET: str(file)})
     with pytest.raises(ConfigError, match=r"ACCELBACKENDS_SECRET=.*missing.*cannot be read"):
         membership.load_secret({membership.SECRET: str(tmp_path / "missing")})
+
+
+@pytest.mark.parametrize(
+    ("mode", "how"), [(0o602, "written"), (0o660, "read and written"), (0o640, "read")]
+)
+@pytest.mark.parametrize("per_user", [False, True], ids=["variable", "per-user"])
+def test_secret_file_open_to_others_is_refused_like_an_ssh_key(
+    config_home: Path, mode: int, how: str, per_user: bool
+) -> None:
+    """Issue 28: 0602 and 0660 were used as they were (anyone who can write the file can put a
+    value they know in it) and 0640 was accepted; the 0644 error named the path twice."""
+    env = {"XDG_CONFIG_HOME": str(config_home)}
+    if per_user:
+        file = membership.user_secret_path(env)
+        membership.load_secret(env)
+    else:
+        file = config_home / "job.secret"
+        file.write_text("a-long-random-shared-value\n")
+        env[membership.SECRET] = str(file)
+    file.chmod(mode)
+    for call in (membership.load_secret, membership.secret_source):
+        with pytest.raises(ConfigError) as refused:
+            call(env)
+        message = str(refused.value)
+        assert f"(mode {mode:04o}: it can be {how} by users other than its owner" in message
+        assert message.endswith(f"run chmod 600 {file}") and message.count(str(file)) == 1
+    assert membership.info_line(env).startswith("error: ")
+    file.chmod(0o600)
+    assert "(mode 0600)" in membership.info_line(env) and membership.load_secret(env).key
+    file.chmod(0o400)  # read-only for its owner, like an ssh key: accepted, shown as it is
+    assert "(mode 0400)" in membership.info_line(env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_secret_file_of_another_user_is_refused(config_home: Path) -> None:
+    file = config_home / "job.secret"
+    file.write_text("a-long-random-shared-value\n")
+    file.chmod(0o600)
+    os.chown(file, 65534, 65534)
+    with pytest.raises(ConfigError, match=r"belongs to another user \(uid 65534\)"):
+        membership.load_secret({membership.SECRET: str(file)})
+
+
+@pytest.mark.parametrize("value", ["Z", "Z23456789Z12345"])
+def test_short_secret_value_is_refused_by_init_and_info_alike(value: str) -> None:
+    """Issue 28: ``ACCELBACKENDS_SECRET=x`` was accepted (a proof read from the store gives it
+    away in 24 tries) and info showed "(a value, 1 characters)"."""
+    env = {membership.SECRET: value}
+    with pytest.raises(ConfigError, match=rf"{len(value)} characters?, shorter than the 16"):
+        membership.load_secret(env)
+    assert membership.info_line(env).startswith(f"error: {membership.SECRET} holds a value")
+    assert value not in membership.info_line(env).replace(membership.SECRET, "")
+    long_enough = {membership.SECRET: value + "y" * 16}
+    assert membership.load_secret(long_enough).key == (value + "y" * 16).encode()
+
+
+def test_secret_off_warns_once_in_library_mode() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('default');"
+        "from accelbackends.rendezvous import membership as m;"
+        "[m.load_secret({m.SECRET: 'off'}) for _ in range(3)]"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=LIMIT, check=True
+    )
+    lines = [line for line in done.stderr.splitlines() if "RendezvousWarning" in line]
+    assert len(lines) == 1 and "ACCELBACKENDS_SECRET=off: membership is not checked" in lines[0]
 
 
 # --- ranks and intruders, for real ------------------------------------------------------------
