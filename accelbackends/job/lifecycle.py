@@ -376,14 +376,20 @@ def _initialise(
         os.environ[GLOO_INTERFACE] = interface
 
     # step: rendezvous
-    _generation += 1
+    # Rank 0 opens a new attempt every time; another rank joins the one rank 0 opened, at
+    # least one later than the last it joined, and counts only attempts it joined: a failed
+    # attempt of one rank does not set the ranks apart (issue 28).
+    if cluster.rank == 0:
+        _generation += 1
     rendezvous = meet(
         cluster,
         join_timeout=join_s,
-        generation=_generation,
+        generation=_generation if cluster.rank == 0 else _generation + 1,
         server=server.store,
         env=registry.env,
     )
+    if cluster.rank != 0 and rendezvous.generation:
+        _generation = rendezvous.generation
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
     extra: dict[str, Any] = {}

@@ -44,6 +44,7 @@ __all__ = [
     "admit",
     "info_line",
     "load_secret",
+    "open_attempt",
     "report_conflict",
     "secret_source",
     "user_secret_path",
@@ -236,6 +237,62 @@ def admit(
         )
     _await_verdict(store, admission, rank, world_size, deadline, join_timeout, where)
     return Admission(identity, nonce, secret, lambda: _conflict(store))
+
+
+#: How often a rank waiting for rank 0 to open a later attempt than the one it holds looks.
+_OPEN_POLL = 0.05
+
+
+def open_attempt(
+    raw: Any,
+    job_prefix: str,
+    *,
+    rank: int,
+    generation: int,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+) -> int:
+    """The attempt of this ``init()``, as rank 0 numbers it: the ranks agree on it without
+    counting their own attempts alike, so that one rank's failed attempt (a connection reset by
+    rank 0's store of the previous cycle) does not leave the ranks one attempt apart for good
+    (issue 28). Rank 0 announces ``generation`` (its own count, raised on every attempt);
+    another rank takes the attempt rank 0 announces, once it is at least ``generation`` (one
+    more than the last attempt this process joined): an announcement left on a store that
+    outlives the cycles (torchrun's agent's) is not taken for the next one."""
+    key = job_prefix + "open"
+    if rank == 0:
+        raw.set(key, str(generation))
+        return generation
+    store = _Store(raw, job_prefix)
+    while True:
+        found = store.get_within("open", min(deadline - time.monotonic(), _NONCE_POLL))
+        if found is not None:
+            try:
+                announced = int(found)
+            except ValueError:
+                raise RendezvousError(
+                    f"rank {rank}: the rendezvous at {where} holds an attempt number "
+                    f"{found[:40]!r} that rank 0 did not write; {_port_hint(where)}"
+                ) from None
+            if announced >= generation:
+                return announced
+        conflict = _conflict(store)
+        if conflict is not None:
+            raise RendezvousError(f"rank {rank}: {conflict}")
+        if time.monotonic() >= deadline:
+            seen = (
+                ""
+                if found is None
+                else f" (it still announces attempt {found}, not {generation} or later)"
+            )
+            raise RendezvousError(
+                f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
+                f"{join_timeout:g} s{seen} (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts "
+                "slowly)"
+            )
+        if found is not None:
+            time.sleep(_OPEN_POLL)
 
 
 def report_conflict(raw: Any, job_prefix: str, message: str) -> None:

@@ -62,6 +62,8 @@ class Rendezvous:
     raw: Any
     #: What the ranks agreed on when they proved membership (None for a single rank).
     admission: Admission | None = None
+    #: The attempt rank 0 opened (see `membership.open_attempt`); 0 for a single rank.
+    generation: int = 0
 
 
 def _port_said(cluster: ClusterInfo) -> str:
@@ -335,6 +337,22 @@ def _join(
     """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
     import torch.distributed as dist
 
+    try:
+        generation = membership.open_attempt(
+            raw,
+            f"{_KEY}/{cluster.run_id}/",
+            rank=cluster.rank,
+            generation=generation,
+            deadline=deadline,
+            join_timeout=join_timeout,
+            where=where,
+        )
+    except dist.DistError as exc:
+        raise RendezvousError(
+            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
+            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
+            "store)"
+        ) from None
     prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
     port = cluster.master_port
@@ -379,7 +397,7 @@ def _join(
             f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
             "store)"
         ) from None
-    return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission)
+    return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission, generation)
 
 
 def free_loopback_socket() -> socket.socket:
