@@ -66,6 +66,7 @@ from ..rendezvous.store import __name__ as _rendezvous_module
 from . import affinity, worldcheck
 from . import environ as _environment
 from . import recognise as _recognition
+from .failure import stamp, stamped
 from .select import select
 from .undo import EnvironmentChanges
 
@@ -222,7 +223,9 @@ def init(
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
     # them all (os.environ exactly as found, no store left listening); on success the stack
     # moves into _State and destroy() unwinds it.
-    with contextlib.ExitStack() as steps:
+    # stamped(): the moment of a failure is taken before the steps are undone (spawn names the
+    # rank that failed first; the undo makes its peers fail too).
+    with contextlib.ExitStack() as steps, stamped():
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
         # step: host
@@ -462,7 +465,8 @@ def _initialise(
     # step: post_init
     try:
         registry.post_init(context)
-    except BaseException:
+    except BaseException as exc:
+        stamp(exc)
         destroy()
         raise
     environment.keep()
