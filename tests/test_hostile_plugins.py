@@ -222,3 +222,21 @@ def test_plugin_declaring_a_megabyte_name_is_failed_with_a_short_error(
     assert entry["status"] == "failed"
     assert "(1000000 characters; at most 64)" in entry["error"]
     assert len(entry["error"]) < 1000
+
+
+@pytest.mark.parametrize(
+    "command", [("info", "--json"), ("check", "--json", "--max-bytes", "4096")]
+)
+def test_plugin_calling_os_exit_at_import_is_failed_by_name_and_the_command_answers(
+    plugin_dist: PluginDist, command: tuple[str, ...]
+) -> None:
+    """Issue 28: before, info and check ended with the plugin's code (3) and no output."""
+    site = plugin_dist("exiter", "import os\nos._exit(3)\n")
+    result = run_cli(*command, env={**CPU, **LIMIT}, pythonpath=site, timeout=150)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    if command[0] == "info":
+        entry = _plugin_entry(report, "exiter")
+        assert entry["status"] == "failed"
+        assert "called os._exit(3) while it was imported" in entry["error"]
+    assert "plugin 'exiter'" in result.stderr and "os._exit(3)" in result.stderr

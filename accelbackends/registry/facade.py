@@ -41,6 +41,7 @@ from ..plugin.types import (
     Detection,
     Probe,
 )
+from .exits import refusing_exit
 from .frames import caller_stacklevel, without_pluggy_frames
 from .guard import Call, PluginTimeout, bounded, codes_of, failure
 
@@ -269,7 +270,10 @@ class Registry:
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
             # A third-party plugin's own code runs bounded, in a thread (`guard`).
-            plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
+            # os._exit at import is made a failure of the plugin (`exits`).
+            plugin = (
+                load() if builtin else bounded(refusing_exit(load), self.detect_timeout, "import")
+            )
         except PluginTimeout as exc:
             self._fail(
                 name, dist, version, f"import did not finish within {exc.limit:g} s", builtin
