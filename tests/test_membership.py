@@ -525,3 +525,27 @@ def test_rank_zero_alone_with_the_secret_off_is_told_by_the_refusing_rank(
     assert took < FORGERY_TIMEOUT + 10, took
     assert "the ranks' secrets differ" in _error_line(err0), err0
     assert "ACCELBACKENDS_SECRET=off" in _error_line(err1), err1
+
+
+@pytest.mark.slow
+def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Issue 28: where no launcher stops the job, rank 0 waited the whole rendezvous timeout
+    (60 s here) for a rank that had refused its configuration and left."""
+    port = _free_port()
+    started = time.monotonic()
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(rank_zero)
+    refuser = _start(
+        "victim.py", _rank_env(config_home, 1, port, ACCELBACKENDS_ACCELERATOR="nosuch")
+    )
+    processes.append(refuser)
+    code1, _, err1 = _finish(refuser)
+    assert code1 != 0 and "ACCELBACKENDS_ACCELERATOR=nosuch" in err1
+    code0, out0, err0 = _finish(rank_zero)
+    assert code0 != 0 and "all_reduce calls" not in out0
+    assert time.monotonic() - started < 40, err0  # not the 60 s rendezvous timeout
+    message = _error_line(err0)
+    assert re.search(r"rank 1 \([^)]*pid \d+\) refused its configuration and left: ", message)
+    assert "nosuch" in message

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from ..plugin.errors import (
     ConfigError,
     InitError,
     RendezvousError,
+    SelectionError,
     describe,
     first_line,
 )
@@ -61,6 +63,7 @@ from ..rendezvous.store import (
     host_early,
     meet,
     quiet_torch_logs,
+    tell_the_job,
 )
 from ..rendezvous.store import __name__ as _rendezvous_module
 from . import affinity, worldcheck
@@ -76,6 +79,8 @@ __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_i
 #: (torch's own default for non-NCCL backends, passed explicitly).
 DEFAULT_TIMEOUT = 1800.0
 _SEED_LIMIT = 2**32  # NumPy's legacy seeding accepts 0 .. 2**32 - 1
+#: How long a rank that refused its configuration tries to tell rank 0, at most, seconds.
+_TELL_LIMIT = 10.0
 
 
 @dataclass
@@ -207,7 +212,8 @@ def init(
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
         # Before torch is imported: a world smaller than the job fails here, in milliseconds.
-        worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
+        with _refusal_told(cluster, join_s):
+            worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
     if cluster.rank == 0:  # once per job, not once per rank
         warn_unknown_variables(registry)
 
@@ -225,7 +231,7 @@ def init(
     # moves into _State and destroy() unwinds it.
     # stamped(): the moment of a failure is taken before the steps are undone (spawn names the
     # rank that failed first; the undo makes its peers fail too).
-    with contextlib.ExitStack() as steps, stamped():
+    with _refusal_told(cluster, join_s), contextlib.ExitStack() as steps, stamped():
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
         # step: host
@@ -257,6 +263,24 @@ def init(
                 steps=steps,
                 pinned=(pin_mode, cpus),
             )
+
+
+@contextlib.contextmanager
+def _refusal_told(cluster: ClusterInfo, join_s: float) -> Iterator[None]:
+    """A rank other than 0 that refuses its configuration (a bad variable, an accelerator
+    this node lacks, a placement the world check refuses) tells rank 0 through the store as
+    it leaves: where the launcher does not stop the job (MPICH's Hydra, plain env://), the
+    other ranks would otherwise wait for it the whole rendezvous timeout (issue 28)."""
+    try:
+        yield
+    except (ConfigError, SelectionError) as exc:
+        tell_the_job(
+            cluster,
+            f"rank {cluster.rank} ({socket.gethostname()}, pid {os.getpid()}) refused its "
+            f"configuration and left: {first_line(exc)}",
+            min(join_s, _TELL_LIMIT),
+        )
+        raise
 
 
 def _same_context(context: Context, **requested: Any) -> Context:

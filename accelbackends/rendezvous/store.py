@@ -429,3 +429,35 @@ def host_loopback_store(world_size: int, timeout: float) -> tuple[Any, int]:
         master_listen_fd=sock.detach(),
     )
     return store, port
+
+
+def tell_the_job(cluster: ClusterInfo, message: str, seconds: float) -> None:
+    """Leave ``message`` for rank 0 in the job's store (a rank other than 0 that refused its
+    configuration and leaves): rank 0 and the ranks waiting for it fail with it at once instead
+    of waiting for the rendezvous timeout, where no launcher stops them. Best effort, bounded
+    by ``seconds``; a daemon thread, since a store that accepts and never answers blocks."""
+    if (
+        cluster.rank == 0
+        or cluster.world_size < 2
+        or cluster.store_socket is not None
+        or not cluster.master_addr
+        or not cluster.master_port
+    ):
+        return
+
+    def tell() -> None:
+        import torch.distributed as dist
+
+        with contextlib.suppress(Exception):
+            store = dist.TCPStore(
+                cluster.master_addr,
+                cluster.master_port or 0,
+                cluster.world_size,
+                False,
+                timedelta(seconds=seconds),
+            )
+            membership.report_conflict(store, f"{_KEY}/{cluster.run_id}/", message)
+
+    worker = threading.Thread(target=tell, name="accelbackends-tell-the-job", daemon=True)
+    worker.start()
+    worker.join(seconds + 1)
