@@ -169,8 +169,19 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     worker = threading.Thread(target=connect, name="accelbackends-store-connect", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()) + _CONNECT_GRACE)
-    if worker.is_alive() and not _answers_tcp(cluster.master_addr, cluster.master_port):
+    failed = worker.is_alive() or "error" in outcome
+    unanswered = _unanswered(cluster.master_addr, cluster.master_port) if failed else None
+    if unanswered == "refused" and worker.is_alive():
         raise RendezvousError(nobody_listens)
+    if unanswered not in (None, "refused"):
+        # Neither taken nor turned away. Issue 28: a backlog flooded with idle connections was
+        # reported as "nothing accepts connections there" or as torch's connect timeout.
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"{seconds:g} s: the port turns no connection away but takes none ({unanswered}): "
+            "its backlog is full of connections that never speak (a denial of service on "
+            "MASTER_PORT), or a firewall drops them; rank 0 may be running"
+        )
     if worker.is_alive():
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
@@ -205,13 +216,19 @@ def _until_listening(port: int, deadline: float) -> bool | None:
         time.sleep(_LISTEN_POLL)
 
 
-def _answers_tcp(host: str | None, port: int | None) -> bool:
-    """Whether anything accepts a TCP connection at ``host:port`` right now."""
+def _unanswered(host: str | None, port: int | None) -> str | None:
+    """None where something accepts a TCP connection at ``host:port`` right now; else
+    ``"refused"`` (nothing listens) or what happened instead (a timeout: a full backlog, or a
+    firewall dropping the connection)."""
     try:
         socket.create_connection((host or "127.0.0.1", port or 0), timeout=1).close()
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "a connection attempt timed out after 1 s"
     except OSError:
-        return False
-    return True
+        return "refused"  # unreachable, or no route: the message for nothing listening fits
+    return None
 
 
 def _check_master_addr(cluster: ClusterInfo, timeout: float) -> None:
