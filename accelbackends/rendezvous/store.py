@@ -354,23 +354,6 @@ def _join(
     """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
     import torch.distributed as dist
 
-    try:
-        generation = membership.open_attempt(
-            raw,
-            f"{_KEY}/{cluster.run_id}/",
-            rank=cluster.rank,
-            generation=generation,
-            deadline=deadline,
-            join_timeout=join_timeout,
-            where=where,
-        )
-    except dist.DistError as exc:
-        raise RendezvousError(
-            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
-            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
-            "store)"
-        ) from None
-    prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
     port = cluster.master_port
 
@@ -396,6 +379,16 @@ def _join(
         return f" (connected to the store: {shown}{more})"
 
     try:
+        generation = membership.open_attempt(
+            raw,
+            f"{_KEY}/{cluster.run_id}/",
+            rank=cluster.rank,
+            generation=generation,
+            deadline=deadline,
+            join_timeout=join_timeout,
+            where=where,
+        )
+        prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
         admission = membership.admit(
             raw,
             prefix,

@@ -10,32 +10,21 @@ other ranks refuse it, and rank 0 must learn that they did instead of waiting fo
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import sys
 import time
 
-VALIDATE, SET, WAIT = 0, 1, 6
-MAGIC = 0x3C85F7CE  # torch's TCPStore handshake
+from stdlib_client import SET, _string, connect  # the same raw protocol, one writer of it
 
-
-def _string(text: str) -> bytes:
-    data = ("/" + text).encode()  # torch's clients put "/" before every key
-    return struct.pack("<Q", len(data)) + data
+WAIT = 6  # torch's TCPStore query: answered once the key exists
 
 
 def main() -> int:
     port, prefix = int(sys.argv[1]), sys.argv[2]
-    for _ in range(1200):
-        try:
-            connection = socket.create_connection(("127.0.0.1", port), timeout=60)
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
+    connection = connect(port, timeout=60)
+    if connection is None:
         return 3
     with connection:
-        connection.sendall(struct.pack("<BI", VALIDATE, MAGIC))
         connection.sendall(struct.pack("<BQ", WAIT, 1) + _string(prefix + "nonce"))
         connection.recv(1)  # the server answers once rank 0 has set its nonce
         data = json.dumps({"ok": True, "message": "", "mac": ""}).encode()
