@@ -497,20 +497,32 @@ def _forged_job(
     return zero_result, one, time.monotonic() - started
 
 
+#: Runs of the forged-verdict attack at most: rank 0 may overwrite the forged verdict before
+#: rank 1 reads it (the job then runs, unharmed); the test goes on until one run read it.
+FORGERY_RUNS = int(os.environ.get("ABTEST_FORGERY_RUNS", "6"))
+
+
 @pytest.mark.slow
 def test_forged_verdict_ends_every_rank_within_the_rendezvous_timeout_naming_it(
     config_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
     """Before: rank 1 refused the unsigned verdict and left, rank 0 entered init_process_group
     and was still waiting at 120 s."""
-    (code0, out0, err0), (code1, out1, err1), took = _forged_job(
-        config_home, processes, {}, forge=True
-    )
-    assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
-    assert took < FORGERY_TIMEOUT + 10, took
-    assert "forged verdict" in _error_line(err0), err0
-    assert "rank 1 refused" in _error_line(err0)
-    assert "forged it" in _error_line(err1) and "MASTER_PORT" in _error_line(err1), err1
+    for _ in range(FORGERY_RUNS):
+        (code0, out0, err0), (code1, out1, err1), took = _forged_job(
+            config_home, processes, {}, forge=True
+        )
+        assert took < FORGERY_TIMEOUT + 10, (took, err0, err1)
+        if code0 == 0 and code1 == 0:
+            # Rank 0's verdict replaced the forged one before rank 1 read it.
+            assert "0 wrong" in out0 and "0 wrong" in out1
+            continue
+        assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
+        assert "forged verdict" in _error_line(err0), err0
+        assert "rank 1 refused" in _error_line(err0)
+        assert "forged it" in _error_line(err1) and "MASTER_PORT" in _error_line(err1), err1
+        return
+    pytest.fail(f"in {FORGERY_RUNS} runs rank 1 never read the forged verdict")
 
 
 @pytest.mark.slow

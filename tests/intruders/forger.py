@@ -4,7 +4,9 @@ It waits until rank 0 publishes its nonce, then writes an unsigned "admitted" ve
 other ranks refuse it, and rank 0 must learn that they did instead of waiting for them in
 ``init_process_group``.
 
-    python forger.py PORT PREFIX
+    python forger.py PORT PREFIX [SECONDS]
+
+It keeps writing the forged verdict for SECONDS (10) after the first time.
 """
 
 from __future__ import annotations
@@ -28,14 +30,22 @@ def main() -> int:
         connection.sendall(struct.pack("<BQ", WAIT, 1) + _string(prefix + "nonce"))
         connection.recv(1)  # the server answers once rank 0 has set its nonce
         data = json.dumps({"ok": True, "message": "", "mac": ""}).encode()
-        connection.sendall(
+        forged = (
             struct.pack("<B", SET)
             + _string(prefix + "verdict")
             + struct.pack("<Q", len(data))
             + data
         )
+        connection.sendall(forged)
         print("forger: verdict written", flush=True)
-        time.sleep(1)
+        # Written again and again: rank 0's own verdict is replaced before the ranks read it.
+        until = time.monotonic() + float(sys.argv[3] if len(sys.argv) > 3 else 10)
+        while time.monotonic() < until:
+            try:
+                connection.sendall(forged)
+            except OSError:
+                break  # rank 0's store is gone
+            time.sleep(0.002)
     return 0
 
 
