@@ -41,6 +41,12 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if os.getpid() != _command_pid:
+        # A rank forked by the command, before it put back SIGTERM's default action: the parent
+        # stops its ranks with SIGTERM, so die by it here too, not by a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     if _shield is not None and _shield.hold():
         return  # raised by _terminate_now once the import under way has returned
     _terminate_now()
@@ -124,6 +130,8 @@ _shield: ImportShield | None = None
 #: Set once SIGTERM was raised: where the exception was swallowed (raised in a callback of
 #: os.fork or a finalizer, whose exceptions Python only prints), the command still exits 143.
 _terminating = False
+#: The command's own process (a forked rank inherits the handler; see _raise_terminated).
+_command_pid = 0
 
 
 class _Later(str):
@@ -378,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # set in os.environ whatever is imported, so that check's ranks inherit it.
         torchlog.quiet_torch_logs(torchlog.QUIET, os.environ)
-    global _watchdog, _shield
+    global _watchdog, _shield, _command_pid
+    _command_pid = os.getpid()
     if args.command != "info":
         # Only the rendezvous logs (check); info would import logging for nothing.
         _show_library_messages()
