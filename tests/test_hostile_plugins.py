@@ -198,3 +198,45 @@ def test_detect_raising_an_exit_is_reported_as_what_it_raised_not_as_a_timeout(
     assert not grumpy["available"]
     assert grumpy["reason"].startswith(f"plugin error in 'grumpy': {error.split('(')[0]}")
     assert "timed out" not in grumpy["reason"]
+
+
+_HUGE_NAME = """
+from accelbackends.plugin import AcceleratorSpec, hookimpl
+
+@hookimpl
+def accelbackends_declare_accelerators():
+    return [AcceleratorSpec(name="a" * 1_000_000, device_type="cpu", priority=5,
+                            backends=("gloo",), default_backend="gloo",
+                            detect=lambda probe: None, bind=lambda request: None)]
+"""
+
+
+def test_plugin_declaring_a_megabyte_name_is_failed_with_a_short_error(
+    plugin_dist: PluginDist,
+) -> None:
+    """Issue 28: a 1 MB accelerator name was accepted and printed in every table."""
+    result = _info(plugin_dist("bigname", _HUGE_NAME))
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout) < 100_000 and len(result.stderr) < 10_000
+    entry = _plugin_entry(json.loads(result.stdout), "bigname")
+    assert entry["status"] == "failed"
+    assert "(1000000 characters; at most 64)" in entry["error"]
+    assert len(entry["error"]) < 1000
+
+
+@pytest.mark.parametrize(
+    "command", [("info", "--json"), ("check", "--json", "--max-bytes", "4096")]
+)
+def test_plugin_calling_os_exit_at_import_is_failed_by_name_and_the_command_answers(
+    plugin_dist: PluginDist, command: tuple[str, ...]
+) -> None:
+    """Issue 28: before, info and check ended with the plugin's code (3) and no output."""
+    site = plugin_dist("exiter", "import os\nos._exit(3)\n")
+    result = run_cli(*command, env={**CPU, **LIMIT}, pythonpath=site, timeout=150)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    if command[0] == "info":
+        entry = _plugin_entry(report, "exiter")
+        assert entry["status"] == "failed"
+        assert "called os._exit(3) while it was imported" in entry["error"]
+    assert "plugin 'exiter'" in result.stderr and "os._exit(3)" in result.stderr

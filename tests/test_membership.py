@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,7 +157,9 @@ def test_secret_from_a_value_a_file_or_off(tmp_path: Path) -> None:
     file.chmod(0o600)
     from_file = membership.load_secret({membership.SECRET: str(file)})
     assert from_file.key == b"from-a-file" and str(file) in from_file.source
-    off = membership.load_secret({membership.SECRET: "OFF"})
+    with warnings.catch_warnings():  # warned about once per process (tested below)
+        warnings.simplefilter("ignore")
+        off = membership.load_secret({membership.SECRET: "OFF"})
     assert not off.enabled and "not checked" in off.source
 
 
@@ -164,10 +167,77 @@ def test_secret_file_readable_by_everyone_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "job.secret"
     file.write_text("shared-with-the-world")
     file.chmod(0o644)
-    with pytest.raises(ConfigError, match=r"readable by every user.*chmod 600"):
+    with pytest.raises(ConfigError, match=r"open to other users \(mode 0644.*chmod 600"):
         membership.load_secret({membership.SECRET: str(file)})
     with pytest.raises(ConfigError, match=r"ACCELBACKENDS_SECRET=.*missing.*cannot be read"):
         membership.load_secret({membership.SECRET: str(tmp_path / "missing")})
+
+
+@pytest.mark.parametrize(
+    ("mode", "how"), [(0o602, "written"), (0o660, "read and written"), (0o640, "read")]
+)
+@pytest.mark.parametrize("per_user", [False, True], ids=["variable", "per-user"])
+def test_secret_file_open_to_others_is_refused_like_an_ssh_key(
+    config_home: Path, mode: int, how: str, per_user: bool
+) -> None:
+    """Issue 28: 0602 and 0660 were used as they were (anyone who can write the file can put a
+    value they know in it) and 0640 was accepted; the 0644 error named the path twice."""
+    env = {"XDG_CONFIG_HOME": str(config_home)}
+    if per_user:
+        file = membership.user_secret_path(env)
+        membership.load_secret(env)
+    else:
+        file = config_home / "job.secret"
+        file.write_text("a-long-random-shared-value\n")
+        env[membership.SECRET] = str(file)
+    file.chmod(mode)
+    for call in (membership.load_secret, membership.secret_source):
+        with pytest.raises(ConfigError) as refused:
+            call(env)
+        message = str(refused.value)
+        assert f"(mode {mode:04o}: it can be {how} by users other than its owner" in message
+        assert message.endswith(f"run chmod 600 {file}") and message.count(str(file)) == 1
+    assert membership.info_line(env).startswith("error: ")
+    file.chmod(0o600)
+    assert "(mode 0600)" in membership.info_line(env) and membership.load_secret(env).key
+    file.chmod(0o400)  # read-only for its owner, like an ssh key: accepted, shown as it is
+    assert "(mode 0400)" in membership.info_line(env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_secret_file_of_another_user_is_refused(config_home: Path) -> None:
+    file = config_home / "job.secret"
+    file.write_text("a-long-random-shared-value\n")
+    file.chmod(0o600)
+    os.chown(file, 65534, 65534)
+    with pytest.raises(ConfigError, match=r"belongs to another user \(uid 65534\)"):
+        membership.load_secret({membership.SECRET: str(file)})
+
+
+@pytest.mark.parametrize("value", ["Z", "Z23456789Z12345"])
+def test_short_secret_value_is_refused_by_init_and_info_alike(value: str) -> None:
+    """Issue 28: ``ACCELBACKENDS_SECRET=x`` was accepted (a proof read from the store gives it
+    away in 24 tries) and info showed "(a value, 1 characters)"."""
+    env = {membership.SECRET: value}
+    with pytest.raises(ConfigError, match=rf"{len(value)} characters?, shorter than the 16"):
+        membership.load_secret(env)
+    assert membership.info_line(env).startswith(f"error: {membership.SECRET} holds a value")
+    assert value not in membership.info_line(env).replace(membership.SECRET, "")
+    long_enough = {membership.SECRET: value + "y" * 16}
+    assert membership.load_secret(long_enough).key == (value + "y" * 16).encode()
+
+
+def test_secret_off_warns_once_in_library_mode() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('default');"
+        "from accelbackends.rendezvous import membership as m;"
+        "[m.load_secret({m.SECRET: 'off'}) for _ in range(3)]"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=LIMIT, check=True
+    )
+    lines = [line for line in done.stderr.splitlines() if "RendezvousWarning" in line]
+    assert len(lines) == 1 and "ACCELBACKENDS_SECRET=off: membership is not checked" in lines[0]
 
 
 # --- ranks and intruders, for real ------------------------------------------------------------
@@ -405,3 +475,99 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
     )
     worker.join(LIMIT)
     assert errors and "answers an old challenge" in errors[0] and "stale rank" in errors[0]
+
+
+# --- a forged verdict (issue 28) -------------------------------------------------------------
+
+#: The rendezvous timeout of the forged-verdict tests: every rank must end within it (plus the
+#: verdict grace and a process's start-up), not in init_process_group's 30 minutes.
+FORGERY_TIMEOUT = 15
+
+
+def _forged_job(
+    config_home: Path, processes: list[subprocess.Popen[str]], zero: dict[str, str], forge: bool
+) -> tuple[tuple[int, str, str], tuple[int, str, str], float]:
+    """Rank 0 (its environment extended by ``zero``), a forger when ``forge``, then rank 1;
+    returns both ranks' results and how long the slower one took."""
+    port = _free_port()
+    timeout = {"ACCELBACKENDS_RENDEZVOUS_TIMEOUT": str(FORGERY_TIMEOUT)}
+    started = time.monotonic()
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port, **timeout, **zero))
+    processes.append(rank_zero)
+    if forge:
+        forger = _start("forger.py", clean_environment(os.environ), str(port), "accelbackends//1/")
+        processes.append(forger)
+        assert forger.stdout is not None
+        # Rank 1 comes once the forged verdict is in the store, as a slow rank would.
+        assert forger.stdout.readline().startswith("forger: verdict written")
+    rank_one = _start("victim.py", _rank_env(config_home, 1, port, **timeout))
+    processes.append(rank_one)
+    one = _finish(rank_one)
+    zero_result = _finish(rank_zero)
+    return zero_result, one, time.monotonic() - started
+
+
+#: Runs of the forged-verdict attack at most: rank 0 may overwrite the forged verdict before
+#: rank 1 reads it (the job then runs, unharmed); the test goes on until one run read it.
+FORGERY_RUNS = int(os.environ.get("ABTEST_FORGERY_RUNS", "6"))
+
+
+@pytest.mark.slow
+def test_forged_verdict_ends_every_rank_within_the_rendezvous_timeout_naming_it(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: rank 1 refused the unsigned verdict and left, rank 0 entered init_process_group
+    and was still waiting at 120 s."""
+    for _ in range(FORGERY_RUNS):
+        (code0, out0, err0), (code1, out1, err1), took = _forged_job(
+            config_home, processes, {}, forge=True
+        )
+        assert took < FORGERY_TIMEOUT + 10, (took, err0, err1)
+        if code0 == 0 and code1 == 0:
+            # Rank 0's verdict replaced the forged one before rank 1 read it.
+            assert "0 wrong" in out0 and "0 wrong" in out1
+            continue
+        assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
+        assert "forged verdict" in _error_line(err0), err0
+        assert "rank 1 refused" in _error_line(err0)
+        assert "forged it" in _error_line(err1) and "MASTER_PORT" in _error_line(err1), err1
+        return
+    pytest.fail(f"in {FORGERY_RUNS} runs rank 1 never read the forged verdict")
+
+
+@pytest.mark.slow
+def test_rank_zero_alone_with_the_secret_off_is_told_by_the_refusing_rank(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: 21 s / 62 s / more than 120 s, nothing named."""
+    (code0, out0, err0), (code1, out1, err1), took = _forged_job(
+        config_home, processes, {"ACCELBACKENDS_SECRET": "off"}, forge=False
+    )
+    assert code0 != 0 and code1 != 0 and "all_reduce calls" not in out0 + out1
+    assert took < FORGERY_TIMEOUT + 10, took
+    assert "the ranks' secrets differ" in _error_line(err0), err0
+    assert "ACCELBACKENDS_SECRET=off" in _error_line(err1), err1
+
+
+@pytest.mark.slow
+def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Issue 28: where no launcher stops the job, rank 0 waited the whole rendezvous timeout
+    (60 s here) for a rank that had refused its configuration and left."""
+    port = _free_port()
+    started = time.monotonic()
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port))
+    processes.append(rank_zero)
+    refuser = _start(
+        "victim.py", _rank_env(config_home, 1, port, ACCELBACKENDS_ACCELERATOR="nosuch")
+    )
+    processes.append(refuser)
+    code1, _, err1 = _finish(refuser)
+    assert code1 != 0 and "ACCELBACKENDS_ACCELERATOR=nosuch" in err1
+    code0, out0, err0 = _finish(rank_zero)
+    assert code0 != 0 and "all_reduce calls" not in out0
+    assert time.monotonic() - started < 40, err0  # not the 60 s rendezvous timeout
+    message = _error_line(err0)
+    assert re.search(r"rank 1 \([^)]*pid \d+\) refused its configuration and left: ", message)
+    assert "nosuch" in message

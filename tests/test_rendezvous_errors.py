@@ -241,3 +241,34 @@ def test_a_rank_on_rank_0s_host_connects_once_the_store_listens_and_is_never_ref
     assert len(got) == 1
     got[0].set("k", "v")  # type: ignore[attr-defined]
     assert server.get("k") == b"v"
+
+
+def test_rank_facing_a_flooded_backlog_says_the_port_takes_no_connection() -> None:
+    """Issue 28: with rank 0's backlog flooded by idle connections, rank 1 was told "nothing
+    accepts connections there", while something did listen."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)  # accepts nothing: the backlog fills with the connections below
+    port = int(server.getsockname()[1])
+    held = []
+    try:
+        while True:
+            client = socket.socket()
+            client.settimeout(0.5)
+            try:
+                client.connect(("127.0.0.1", port))
+            except OSError:
+                client.close()
+                break
+            held.append(client)
+            assert len(held) < 1000, "the backlog never filled"
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(registry=Registry(env=_env(1, port)), rendezvous_timeout=2)
+    finally:
+        for client in held:
+            client.close()
+        server.close()
+    message = str(caught.value)
+    assert "nothing accepts connections there" not in message, message
+    assert "takes none (a connection attempt timed out)" in message
+    assert "denial of service on MASTER_PORT" in message

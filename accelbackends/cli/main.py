@@ -30,7 +30,7 @@ from ..plugin.errors import (
 )
 from ..rendezvous import torchlog
 from .process import keep_plugin_output_off_stdout
-from .sigterm import Watchdog, watch_sigterm
+from .sigterm import ImportShield, Watchdog, shield_imports, watch_sigterm
 from .text import clean, colour, columns, say, terminal_width
 
 __all__ = ["main", "run"]
@@ -41,6 +41,20 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if os.getpid() != _command_pid:
+        # A rank forked by the command, before it put back SIGTERM's default action: the parent
+        # stops its ranks with SIGTERM, so die by it here too, not by a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if _shield is not None and _shield.hold():
+        return  # raised by _terminate_now once the import under way has returned
+    _terminate_now()
+
+
+def _terminate_now() -> None:
+    global _terminating
+    _terminating = True
     if _watchdog is not None:
         _watchdog.handled()
     raise _Terminated
@@ -111,6 +125,13 @@ class _UsageError(Exception):
 
 #: Ends the process if ``_raise_terminated`` cannot run (main thread stuck in native code).
 _watchdog: Watchdog | None = None
+#: Holds a SIGTERM while the main thread imports (torch's C extensions must not see it).
+_shield: ImportShield | None = None
+#: Set once SIGTERM was raised: where the exception was swallowed (raised in a callback of
+#: os.fork or a finalizer, whose exceptions Python only prints), the command still exits 143.
+_terminating = False
+#: The command's own process (a forked rank inherits the handler; see _raise_terminated).
+_command_pid = 0
 
 
 class _Later(str):
@@ -365,19 +386,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # set in os.environ whatever is imported, so that check's ranks inherit it.
         torchlog.quiet_torch_logs(torchlog.QUIET, os.environ)
-    global _watchdog
+    global _watchdog, _shield, _command_pid
+    _command_pid = os.getpid()
     if args.command != "info":
         # Only the rendezvous logs (check); info would import logging for nothing.
         _show_library_messages()
     restore_stdout = keep_plugin_output_off_stdout(getattr(args, "json", False))
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    with watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog:
-        try:
-            return _run(args, argv)
-        finally:
-            _watchdog = None
-            signal.signal(signal.SIGTERM, previous)
-            restore_stdout()
+    try:
+        with (
+            watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog,
+            shield_imports(_terminate_now) as _shield,
+        ):
+            previous = signal.signal(signal.SIGTERM, _raise_terminated)
+            try:
+                code = _run(args, argv)
+                if _terminating and code != EXIT_TERMINATED:
+                    raise _Terminated
+                return code
+            finally:
+                _watchdog = _shield = None
+                signal.signal(signal.SIGTERM, previous)
+                restore_stdout()
+    except _Terminated:
+        # Arrived between installing the handler and _run's own handling of it, or on the
+        # way out: the exit is the same.
+        print("accelbackends: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def _docs(args: argparse.Namespace) -> int:

@@ -13,18 +13,26 @@ the main thread's own cleanup runs unhurried), and otherwise prints the same lin
 would and ends the process with `os._exit`: nothing of the main thread can be cleaned up
 while it is stuck in native code, and a rank has nothing that outlives it (its store connection
 and sockets close with the process).
+
+An import is the one place where the Python handler must *not* raise: while torch or numpy run
+their C extensions' initialisation, an exception thrown from a handler breaks it (an abort in
+pybind11, "cannot load module more than once per process", or an exception swallowed by the
+module's own fallback code, after which the command ran on as if no signal had come: issue 28).
+`ImportShield` holds the signal until the outermost import statement of the main thread has
+returned and raises there; the watchdog still ends the process should that import never return.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-__all__ = ["GRACE_S", "Watchdog", "watch_sigterm"]
+__all__ = ["GRACE_S", "ImportShield", "Watchdog", "shield_imports", "watch_sigterm"]
 
 #: How long the Python handler gets to start before the process is ended from the side thread.
 GRACE_S = 3.0
@@ -101,3 +109,48 @@ def watch_sigterm(
         os.close(write_end)
         if not thread.is_alive():
             os.close(read_end)
+
+
+class ImportShield:
+    """Counts the main thread's import statements in progress; a signal that arrives during one
+    is held (`hold`) and delivered by calling ``deliver`` once the outermost one has returned,
+    when the module is complete and in ``sys.modules``."""
+
+    def __init__(self, deliver: Callable[[], None]) -> None:
+        self._deliver = deliver
+        self._depth = 0
+        self._pending = False
+        self._main = threading.main_thread().ident
+        self._import = builtins.__import__
+
+    def hold(self) -> bool:
+        """Called by the signal handler: True (and the signal kept for later) while the main
+        thread is importing."""
+        if self._depth:
+            self._pending = True
+            return True
+        return False
+
+    def __call__(self, name: str, *args: object, **kwargs: object) -> object:
+        if threading.get_ident() != self._main:
+            return self._import(name, *args, **kwargs)  # type: ignore[arg-type]
+        self._depth += 1
+        try:
+            return self._import(name, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                self._deliver()
+
+
+@contextmanager
+def shield_imports(deliver: Callable[[], None]) -> Iterator[ImportShield]:
+    """Within the block, the main thread's imports hold a signal (see `ImportShield`)."""
+    shield = ImportShield(deliver)
+    previous = builtins.__import__
+    builtins.__import__ = shield  # type: ignore[assignment]
+    try:
+        yield shield
+    finally:
+        builtins.__import__ = previous

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from ..plugin import ClusterInfo, ConfigError
 
 # The one way an error quotes a value and the one strict integer reader; re-exported here.
-from ..plugin.config import DIGITS, MAX_COUNT, parse_int, shown
+from ..plugin.config import DIGITS, MAX_COUNT, blanks, parse_int, shown
 
 __all__ = [
     "DEFAULT_PORT",
@@ -61,7 +61,9 @@ def read_port(env: Mapping[str, str], var: str) -> int:
     if len(digits) <= 5 and digits and int(digits) < 65536:
         return int(digits)
     if not match:
-        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer from 1 to 65535")
+        raise ConfigError(
+            f"{var}={shown(value)} is not valid; use an integer from 1 to 65535{blanks(value)}"
+        )
     raise ConfigError(f"{var}={shown(value)} is not a TCP port; use 1 to 65535")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from ..plugin.errors import (
     ConfigError,
     InitError,
     RendezvousError,
+    SelectionError,
     describe,
     first_line,
 )
@@ -61,11 +63,13 @@ from ..rendezvous.store import (
     host_early,
     meet,
     quiet_torch_logs,
+    tell_the_job,
 )
 from ..rendezvous.store import __name__ as _rendezvous_module
 from . import affinity, worldcheck
 from . import environ as _environment
 from . import recognise as _recognition
+from .failure import stamp, stamped
 from .select import select
 from .undo import EnvironmentChanges
 
@@ -75,6 +79,8 @@ __all__ = ["DEFAULT_TIMEOUT", "Context", "destroy", "distributed", "init", "is_i
 #: (torch's own default for non-NCCL backends, passed explicitly).
 DEFAULT_TIMEOUT = 1800.0
 _SEED_LIMIT = 2**32  # NumPy's legacy seeding accepts 0 .. 2**32 - 1
+#: How long a rank that refused its configuration tries to tell rank 0, at most, seconds.
+_TELL_LIMIT = 10.0
 
 
 @dataclass
@@ -206,14 +212,17 @@ def init(
     if cluster is None:
         cluster = _recognition.cluster_for_init(registry)
         # Before torch is imported: a world smaller than the job fails here, in milliseconds.
-        worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
+        with _refusal_told(cluster, join_s):
+            worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
     if cluster.rank == 0:  # once per job, not once per rank
         warn_unknown_variables(registry)
 
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
     # them all (os.environ exactly as found, TORCH_CPP_LOG_LEVEL included, no store left
     # listening); on success the stack moves into _State and destroy() unwinds it.
-    with contextlib.ExitStack() as steps:
+    # stamped(): the moment of a failure is taken before the steps are undone (spawn names the
+    # rank that failed first; the undo makes its peers fail too).
+    with _refusal_told(cluster, join_s), contextlib.ExitStack() as steps, stamped():
         environment = EnvironmentChanges()
         steps.callback(environment.undo)
         quiet_torch_logs()  # torch reads it at import, just below; the snapshot restores it
@@ -254,6 +263,24 @@ def init(
                 steps=steps,
                 pinned=(pin_mode, cpus),
             )
+
+
+@contextlib.contextmanager
+def _refusal_told(cluster: ClusterInfo, join_s: float) -> Iterator[None]:
+    """A rank other than 0 that refuses its configuration (a bad variable, an accelerator
+    this node lacks, a placement the world check refuses) tells rank 0 through the store as
+    it leaves: where the launcher does not stop the job (MPICH's Hydra, plain env://), the
+    other ranks would otherwise wait for it the whole rendezvous timeout (issue 28)."""
+    try:
+        yield
+    except (ConfigError, SelectionError) as exc:
+        tell_the_job(
+            cluster,
+            f"rank {cluster.rank} ({socket.gethostname()}, pid {os.getpid()}) refused its "
+            f"configuration and left: {first_line(exc)}",
+            min(join_s, _TELL_LIMIT),
+        )
+        raise
 
 
 def _same_context(context: Context, **requested: Any) -> Context:
@@ -383,14 +410,20 @@ def _initialise(
         os.environ[GLOO_INTERFACE] = interface
 
     # step: rendezvous
-    _generation += 1
+    # Rank 0 opens a new attempt every time; another rank joins the one rank 0 opened, at
+    # least one later than the last it joined, and counts only attempts it joined: a failed
+    # attempt of one rank does not set the ranks apart (issue 28).
+    if cluster.rank == 0:
+        _generation += 1
     rendezvous = meet(
         cluster,
         join_timeout=join_s,
-        generation=_generation,
+        generation=_generation if cluster.rank == 0 else _generation + 1,
         server=server.store,
         env=registry.env,
     )
+    if cluster.rank != 0 and rendezvous.generation:
+        _generation = rendezvous.generation
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
     extra: dict[str, Any] = {}
@@ -463,7 +496,8 @@ def _initialise(
     # step: post_init
     try:
         registry.post_init(context)
-    except BaseException:
+    except BaseException as exc:
+        stamp(exc)
         destroy()
         raise
     environment.keep()

@@ -51,6 +51,7 @@ from ..plugin.types import ClusterInfo
 from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
+from .failure import is_consequence, raised_at
 from .processes import TEMP_PREFIX, Adopter, is_stopped, remove_stale_temp, stop
 from .select import select
 
@@ -183,7 +184,7 @@ def _child(
                 type(exc).__name__,
                 str(exc),
                 traceback.format_exc(),
-                time.monotonic(),
+                raised_at(exc),
                 _class_reference(type(exc)),
             )
         )
@@ -287,6 +288,51 @@ def _rank_error(message: str, rank: int, trace: str, reference: bytes | None) ->
                 error.args = (message,)
                 return error  # type: ignore[no-any-return]
     return SpawnError(message, rank=rank, traceback=trace)
+
+
+def _cause(
+    failures: list[tuple[float, SpawnError]],
+    processes: dict[int, multiprocessing.process.BaseProcess],
+    total: int,
+) -> SpawnError:
+    """The error to raise: a rank's own failure before any that only says a peer went away
+    (each in the order they were raised), or a rank stopped by a signal when every failure is
+    such a consequence; the other ranks are mentioned as consequences."""
+    failures.sort(key=lambda item: (is_consequence(_first_line(item[1])), item[0]))
+    first = failures[0][1]
+    stopped = [r for r, p in processes.items() if r != first.rank and is_stopped(p.pid)]
+    notes = []
+    if stopped and is_consequence(_first_line(first)):
+        # Nothing failed of itself: a stopped rank stopped answering (SIGSTOP, Ctrl-Z, a
+        # debugger), and its peers lost it.
+        label = "ranks" if len(stopped) > 1 else "rank"
+        cause = SpawnError(
+            f"{label} {', '.join(map(str, stopped))} of {total} stopped answering: "
+            f"{'they were' if len(stopped) > 1 else 'it was'} stopped by a signal (SIGSTOP, "
+            f"Ctrl-Z, a debugger)",
+            rank=stopped[0],
+        )
+        notes.append(f"as a consequence, {_first_line(first)}")
+        first, stopped = cause, []
+    others = sorted({e.rank for _, e in failures} - {first.rank})
+    if others:
+        notes.append(
+            f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} "
+            "failed after it, as a consequence"
+        )
+    if stopped:
+        notes.append(
+            f"{'ranks' if len(stopped) > 1 else 'rank'} {', '.join(map(str, stopped))} "
+            "had been stopped by a signal (SIGSTOP, Ctrl-Z) and was not answering"
+        )
+    if notes:
+        first.args = (f"{first.args[0]}\n\n({'; '.join(notes)})",)
+    return first
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error.args[0]) if error.args else str(error)
+    return text.splitlines()[0] if text else ""
 
 
 def _exit_description(code: int | None) -> str:
@@ -509,22 +555,5 @@ def _collect(
             # to arrive so the earliest failure, the cause, is the one named.
             settle_until = time.monotonic() + SETTLE
     if failures:
-        failures.sort(key=lambda item: item[0])
-        first = failures[0][1]
-        notes = []
-        others = sorted({e.rank for _, e in failures[1:]} - {first.rank})
-        if others:
-            notes.append(
-                f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} "
-                "failed after it"
-            )
-        stopped = [r for r, p in processes.items() if r != first.rank and is_stopped(p.pid)]
-        if stopped:
-            notes.append(
-                f"{'ranks' if len(stopped) > 1 else 'rank'} {', '.join(map(str, stopped))} "
-                "had been stopped by a signal (SIGSTOP, Ctrl-Z) and was not answering"
-            )
-        if notes:
-            first.args = (f"{first.args[0]}\n\n({'; '.join(notes)})",)
-        raise first
+        raise _cause(failures, processes, total)
     return [results[rank] for rank in sorted(results)]

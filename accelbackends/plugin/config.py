@@ -15,6 +15,7 @@ from .errors import ConfigError
 __all__ = [
     "ACCELERATOR",
     "BACKEND",
+    "blanks",
     "CPU_AFFINITY",
     "DISABLE",
     "DIGITS",
@@ -105,17 +106,26 @@ def shown(value: object) -> str:
 
 
 # ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
-#: A launcher's integer: optional sign ``+`` and ASCII digits, blanks around.
-DIGITS = re.compile(r"^\s*\+?([0-9]+)\s*$", re.ASCII)
+#: A launcher's integer: optional sign ``+`` and ASCII digits, nothing around them. No launcher
+#: writes a blank or a line break there; one that is there came from a hand-written script
+#: (``RANK=$(cat file)``, a heredoc) and is refused, naming it (issue 28: "0\n" was taken for 0).
+DIGITS = re.compile(r"\A\+?([0-9]+)\Z", re.ASCII)
 #: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
 MAX_COUNT = 2**31 - 1
+
+
+def blanks(value: str) -> str:
+    """What to add to an error about a number that is valid but for blanks around it."""
+    if value != value.strip() and DIGITS.match(value.strip()):
+        return " without blanks or line breaks around it (launchers write none)"
+    return ""
 
 
 def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
     """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
     match = DIGITS.match(value)
     if not match:
-        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0")
+        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0{blanks(value)}")
     # Compared as text first: int() of thousands of digits hits Python's conversion limit.
     digits = match.group(1).lstrip("0") or "0"
     if len(digits) > len(str(high)) or int(digits) > high:

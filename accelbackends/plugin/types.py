@@ -26,12 +26,21 @@ __all__ = [
     "Context",
     "Detection",
     "Locality",
+    "MAX_NAME_LENGTH",
     "OptionsRequest",
     "Probe",
     "Selection",
 ]
 
-_ACCELERATOR_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ACCELERATOR_NAME = re.compile(r"\A[a-z][a-z0-9_]*\Z")
+#: The longest accelerator, device type or backend name a plugin may declare: names are shown
+#: in every table of ``info`` and in errors, and a plugin could declare a megabyte (issue 28).
+MAX_NAME_LENGTH = 64
+
+
+def _shown_name(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_NAME_LENGTH + 2 else f"{text[:MAX_NAME_LENGTH]}\u2026"
 
 
 @dataclass(frozen=True)
@@ -297,6 +306,34 @@ class AcceleratorSpec:
     expected_busbw_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        if (
+            not isinstance(self.name, str)
+            or not _ACCELERATOR_NAME.match(self.name)
+            or len(self.name) > MAX_NAME_LENGTH
+        ):
+            length = (
+                f" ({len(self.name)} characters; at most {MAX_NAME_LENGTH})"
+                if isinstance(self.name, str) and len(self.name) > MAX_NAME_LENGTH
+                else ""
+            )
+            raise TypeError(
+                f"accelerator name {_shown_name(self.name)} is not valid{length}; use at most "
+                f"{MAX_NAME_LENGTH} lower-case letters, digits and '_', starting with a letter"
+            )
+        too_long = [
+            n
+            for n in (
+                self.device_type,
+                *(self.backends if isinstance(self.backends, tuple) else ()),
+            )
+            if isinstance(n, str) and len(n) > MAX_NAME_LENGTH
+        ]
+        if too_long:
+            raise TypeError(
+                f"accelerator {self.name!r}: the name {_shown_name(too_long[0])} is "
+                f"{len(too_long[0])} characters long; device types and backends have at most "
+                f"{MAX_NAME_LENGTH}"
+            )
         expected = self.expected_busbw_gbps
         if expected is not None and (
             not isinstance(expected, (int, float)) or isinstance(expected, bool) or not expected > 0
@@ -304,11 +341,6 @@ class AcceleratorSpec:
             raise TypeError(
                 f"accelerator {self.name!r}: expected_busbw_gbps must be a positive number of "
                 f"GB/s or None, not {expected!r}"
-            )
-        if not isinstance(self.name, str) or not _ACCELERATOR_NAME.match(self.name):
-            raise TypeError(
-                f"accelerator name {self.name!r} is not valid; use lower-case letters, digits "
-                "and '_', starting with a letter"
             )
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise TypeError(f"accelerator {self.name!r}: priority must be an int")

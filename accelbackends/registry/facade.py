@@ -42,6 +42,7 @@ from ..plugin.types import (
     Detection,
     Probe,
 )
+from .exits import refusing_exit
 from .frames import caller_stacklevel, without_pluggy_frames
 
 if TYPE_CHECKING:
@@ -268,8 +269,11 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            # A third-party plugin's own code runs bounded, in a thread (`plugin.guard`).
-            plugin = load() if builtin else bounded(load, self.detect_timeout, "import")
+            # A third-party plugin's own code runs bounded, in a thread (`plugin.guard`);
+            # os._exit at import is made a failure of the plugin (`exits`).
+            plugin = (
+                load() if builtin else bounded(refusing_exit(load), self.detect_timeout, "import")
+            )
         except PluginTimeout as exc:
             self._fail(
                 name, dist, version, f"import did not finish within {exc.limit:g} s", builtin

@@ -44,6 +44,7 @@ __all__ = [
     "admit",
     "info_line",
     "load_secret",
+    "open_attempt",
     "report_conflict",
     "secret_source",
     "user_secret_path",
@@ -238,6 +239,62 @@ def admit(
     return Admission(identity, nonce, secret, lambda: _conflict(store))
 
 
+#: How often a rank waiting for rank 0 to open a later attempt than the one it holds looks.
+_OPEN_POLL = 0.05
+
+
+def open_attempt(
+    raw: Any,
+    job_prefix: str,
+    *,
+    rank: int,
+    generation: int,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+) -> int:
+    """The attempt of this ``init()``, as rank 0 numbers it: the ranks agree on it without
+    counting their own attempts alike, so that one rank's failed attempt (a connection reset by
+    rank 0's store of the previous cycle) does not leave the ranks one attempt apart for good
+    (issue 28). Rank 0 announces ``generation`` (its own count, raised on every attempt);
+    another rank takes the attempt rank 0 announces, once it is at least ``generation`` (one
+    more than the last attempt this process joined): an announcement left on a store that
+    outlives the cycles (torchrun's agent's) is not taken for the next one."""
+    key = job_prefix + "open"
+    if rank == 0:
+        raw.set(key, str(generation))
+        return generation
+    store = _Store(raw, job_prefix)
+    while True:
+        found = store.get_within("open", min(deadline - time.monotonic(), _NONCE_POLL))
+        if found is not None:
+            try:
+                announced = int(found)
+            except ValueError:
+                raise RendezvousError(
+                    f"rank {rank}: the rendezvous at {where} holds an attempt number "
+                    f"{found[:40]!r} that rank 0 did not write; {_port_hint(where)}"
+                ) from None
+            if announced >= generation:
+                return announced
+        conflict = _conflict(store)
+        if conflict is not None:
+            raise RendezvousError(f"rank {rank}: {conflict}")
+        if time.monotonic() >= deadline:
+            seen = (
+                ""
+                if found is None
+                else f" (it still announces attempt {found}, not {generation} or later)"
+            )
+            raise RendezvousError(
+                f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
+                f"{join_timeout:g} s{seen} (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts "
+                "slowly)"
+            )
+        if found is not None:
+            time.sleep(_OPEN_POLL)
+
+
 def report_conflict(raw: Any, job_prefix: str, message: str) -> None:
     """Mark the job at ``job_prefix`` (``accelbackends/<run id>/``) as collided with: its rank 0
     fails with ``message`` instead of admitting ranks that may belong to another job."""
@@ -323,6 +380,17 @@ def _admit_as_rank_zero(
                 )
                 next_report += PROGRESS_EVERY
         _check_members(store, admission, world_size, where)
+        verdict = json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")})
+        store.raw.set(store.key("verdict"), verdict)
+        # A rank that read another verdict (one a process outside the job wrote before this
+        # one) or cannot check this one leaves; without its answer rank 0 would enter
+        # init_process_group and wait the whole collective timeout for it.
+        _await_answers(store, admission, world_size, deadline, where, verdict)
+        return
+    except _Refused as exc:
+        # The ranks that refused have left; the others are in init_process_group and fail
+        # when this rank's store goes: nobody reads a failure verdict, so none is written.
+        raise RendezvousError(str(exc)) from None
     except RendezvousError as exc:
         message = str(exc)
         if peers is not None and ("not part of this job" in message or "proof" in message):
@@ -341,9 +409,97 @@ def _admit_as_rank_zero(
             )
             _let_ranks_read_the_verdict(store, world_size)
         raise exc from None
-    store.raw.set(
-        store.key("verdict"),
-        json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")}),
+
+
+class _Refused(RendezvousError):
+    """A rank refused rank 0's admission (see `_await_answers`)."""
+
+
+def _answer(rank: int) -> str:
+    return f"answer/{rank}"
+
+
+def _answer_mac(admission: Admission, rank: int, ok: bool, seen: str) -> str:
+    key = admission.secret.key
+    return _mac(key, admission.identity, admission.nonce, "answer", rank, ok, seen) if key else ""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _send_answer(store: _Store, admission: Admission, rank: int, ok: bool, seen: str) -> None:
+    """Tell rank 0 whether this rank accepts the verdict it read (``seen`` is that verdict's
+    digest, so that rank 0 can tell a forged verdict from a secret that differs)."""
+    answer = {"ok": ok, "seen": seen, "mac": _answer_mac(admission, rank, ok, seen)}
+    with contextlib.suppress(Exception):
+        store.claim(_answer(rank), json.dumps(answer, sort_keys=True))
+
+
+def _await_answers(
+    store: _Store,
+    admission: Admission,
+    world_size: int,
+    deadline: float,
+    where: str,
+    verdict: str,
+) -> None:
+    """Wait, until the other ranks' verdict deadline, for every rank's answer to the verdict;
+    raise `_Refused` naming the first rank that refused it, or whose answer is not its own."""
+    names = [_answer(r) for r in range(1, world_size)]
+    limit = deadline + _VERDICT_GRACE
+    while True:
+        complete = store.wait(names, min(_TICK, max(limit - time.monotonic(), 0.01)))
+        present = [r for r in range(1, world_size) if complete or store.has(_answer(r))]
+        if present:
+            values = store.get_many([_answer(r) for r in present])
+            for rank, text in zip(present, values, strict=True):
+                problem = _judge_answer(admission, rank, text, verdict, where)
+                if problem:
+                    raise _Refused(problem)
+        if complete:
+            return
+        if time.monotonic() >= limit:
+            missing = [r for r in range(1, world_size) if r not in present]
+            raise _Refused(
+                f"rank 0: rank{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(str, missing))} of the rendezvous at {where} did not answer "
+                f"rank 0's verdict within {_VERDICT_GRACE:g} s after the rendezvous timeout "
+                "(they ended, or lost the store)"
+            )
+
+
+def _judge_answer(
+    admission: Admission, rank: int, text: str, verdict: str, where: str
+) -> str | None:
+    """What is wrong with ``rank``'s answer, or None where it accepted rank 0's verdict."""
+    try:
+        data = json.loads(text)
+        ok, seen, mac = bool(data["ok"]), str(data["seen"]), str(data["mac"])
+    except (ValueError, KeyError, TypeError):
+        ok, seen, mac = False, "", None
+    key = admission.secret.key
+    signed = mac is not None and (
+        key is None or hmac.compare_digest(mac, _answer_mac(admission, rank, ok, seen))
+    )
+    if not signed:
+        return (
+            f"rank 0: the answer of rank {rank} to the verdict of the rendezvous at {where} "
+            f"was written by a process that is not part of this job (a forged key); "
+            f"{_port_hint(where)}"
+        )
+    if ok:
+        return None
+    if seen != _digest(verdict):
+        return (
+            f"rank 0: rank {rank} refused the rendezvous at {where} because the verdict it "
+            "read was not rank 0's: a process that is not part of this job wrote the "
+            f"verdict (a forged verdict); {_port_hint(where)}"
+        )
+    return (
+        f"rank 0: rank {rank} refused the verdict of the rendezvous at {where}: it is not "
+        f"signed with rank {rank}'s secret, so the ranks' secrets differ (rank 0: "
+        f"{admission.secret.source}; set {SECRET} the same on every rank)"
     )
 
 
@@ -423,6 +579,15 @@ def _read_verdict(text: str, admission: Admission) -> tuple[bool, str] | None:
     return ok, message
 
 
+def _unsigned(text: str) -> bool:
+    """Whether a verdict carries no signature at all (nothing that could be checked)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return True
+    return not isinstance(data, dict) or not data.get("mac")
+
+
 def _await_verdict(
     store: _Store,
     admission: Admission,
@@ -447,17 +612,26 @@ def _await_verdict(
         )
     verdict = _read_verdict(found, admission)
     if verdict is not None and verdict[0]:
+        _send_answer(store, admission, rank, True, _digest(found))
         return
     with contextlib.suppress(Exception):
         store.raw.add(store.key("verdict-read"), 1)  # rank 0 may end now
     if verdict is not None:
         raise RendezvousError(verdict[1])
     # Signed with another secret, or written by another process: either way this rank cannot
-    # tell that it was admitted, and waiting would not change that.
+    # tell that it was admitted, and waiting would not change that. Rank 0 is told, so that
+    # it does not wait for this rank in init_process_group.
+    _send_answer(store, admission, rank, False, _digest(found))
     raise RendezvousError(
         f"rank {rank}: the verdict of the rendezvous at {where} is not signed with this "
-        f"rank's secret ({admission.secret.source}): this rank is not part of that job, "
-        f"its secret differs from rank 0's, or {_port_hint(where)}"
+        f"rank's secret ({admission.secret.source}): "
+        + (
+            f"it carries no signature, so a process that is not part of this job forged it "
+            f"({_port_hint(where)}) or rank 0 runs with {SECRET}=off"
+            if _unsigned(found)
+            else f"this rank is not part of that job, its secret differs from rank 0's, or "
+            f"{_port_hint(where)}"
+        )
     )
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..plugin import config
-from ..plugin.errors import ConfigError
+from ..plugin.errors import ConfigError, RendezvousWarning
 
 __all__ = [
     "OFF",
+    "MIN_LENGTH",
     "SECRET",
     "Secret",
     "info_line",
@@ -31,6 +33,12 @@ SECRET = config.SECRET
 OFF = "off"
 _SECRET_BYTES = 32
 _FILE_NAME = "secret"
+#: The shortest value ``ACCELBACKENDS_SECRET`` may hold. Every rank's proof is an HMAC of the
+#: secret that any process reaching the store can read, so a short value is recovered offline
+#: by trying them all (one character: 24 tries). 16 characters of a random hex string are 64
+#: bits; a generated file holds 64 hex characters.
+MIN_LENGTH = 16
+_warned_off = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,8 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
     if value is None or not value.strip():
         path = user_secret_path(environ)
         if path.exists():
-            return f"per-user file {path} (mode 0600)"
+            info = _check_file(path, None)
+            return f"per-user file {path} (mode {stat.S_IMODE(info.st_mode):04o})"
         problem = _cannot_create(path)
         if problem is not None:
             # What the first job of more than one rank would hit, told now (info, check).
@@ -85,9 +94,20 @@ def secret_source(env: Mapping[str, str] | None = None) -> str:
         )
     if _looks_like_path(value.strip()):
         path = Path(value.strip()).expanduser()
-        _check_file(path, SECRET)
-        return f"{SECRET} file {path}"
+        info = _check_file(path, SECRET)
+        return f"{SECRET} file {path} (mode {stat.S_IMODE(info.st_mode):04o})"
+    _check_length(value.strip())
     return f"{SECRET} (a value, {len(value.strip())} characters)"
+
+
+def _check_length(text: str) -> None:
+    if len(text) < MIN_LENGTH:
+        raise ConfigError(
+            f"{SECRET} holds a value of {len(text)} character{'s' if len(text) != 1 else ''}, "
+            f"shorter than the {MIN_LENGTH} accepted: any process that reaches the store can "
+            "read a rank's proof and recover a short secret by trying values; use a long "
+            "random value (python -c 'import secrets; print(secrets.token_hex(32))') or a file"
+        )
 
 
 def _cannot_create(path: Path) -> str | None:
@@ -116,34 +136,54 @@ def info_line(env: Mapping[str, str] | None = None) -> str:
     return f"ranks prove they hold the job's secret, from {source}"
 
 
-def _check_file(path: Path, source: str) -> os.stat_result:
+def _check_file(path: Path, variable: str | None) -> os.stat_result:
+    """The secret file's status, refused as ssh refuses a private key: not a regular file,
+    another user's, or open to anyone but its owner (read: they know the secret; write: they
+    can replace it with one they know). ``variable`` names the setting that gave the path;
+    None: the per-user file."""
+    where = f"{variable}={str(path)!r}" if variable else f"the per-user secret file {path}"
     try:
         info = path.stat()
     except OSError as exc:
         raise ConfigError(
-            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror}); give the "
+            f"{where}: the secret file cannot be read ({exc.strerror}); give the "
             "path of a file only you can read, a secret value, or 'off'"
         ) from None
+    # The path is named once: in the command that fixes it, or here.
+    what = f"{variable}'s secret file" if variable else "the per-user secret file"
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{source}={str(path)!r} is not a regular file; give a secret file")
-    if info.st_mode & stat.S_IROTH:
+        raise ConfigError(f"{where} is not a regular file; give a secret file")
+    if info.st_uid != os.getuid():
         raise ConfigError(
-            f"{source}={str(path)!r} is readable by every user of this machine, so it proves "
-            f"nothing; run chmod 600 {path}"
+            f"{where} belongs to another user (uid {info.st_uid}), who can replace it with a "
+            f"value they know; use a file of your own, or set {SECRET}"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        others = []
+        if mode & 0o044:
+            others.append("read")
+        if mode & 0o022:
+            others.append("written")
+        if not others:  # only execute bits: still not a private key's mode
+            others.append("used")
+        raise ConfigError(
+            f"{what} is open to other users (mode {mode:04o}: it can be "
+            f"{' and '.join(others)} by users other than its owner, who then pass every "
+            f"proof); run chmod 600 {path}"
         )
     return info
 
 
-def _read_key(path: Path, source: str) -> bytes:
-    _check_file(path, source)
+def _read_key(path: Path, variable: str | None) -> bytes:
+    _check_file(path, variable)
+    where = f"{variable}={str(path)!r}" if variable else f"the per-user secret file {path}"
     try:
         data = path.read_bytes().strip()
     except OSError as exc:
-        raise ConfigError(
-            f"{source}={str(path)!r}: the secret file cannot be read ({exc.strerror})"
-        ) from None
+        raise ConfigError(f"{where}: the secret file cannot be read ({exc.strerror})") from None
     if not data:
-        raise ConfigError(f"{source}={str(path)!r} is empty; put a long random value in it")
+        raise ConfigError(f"{where} is empty; put a long random value in it")
     return data
 
 
@@ -178,10 +218,12 @@ def load_secret(env: Mapping[str, str] | None = None) -> Secret:
     if value is not None and value.strip():
         text = value.strip()
         if text.lower() == OFF:
+            _warn_off()
             return Secret(None, secret_source(environ))
         if _looks_like_path(text):
             path = Path(text).expanduser()
             return Secret(_read_key(path, SECRET), f"{SECRET} file {path}")
+        _check_length(text)
         return Secret(text.encode(), f"{SECRET} (a value)")
     path = user_secret_path(environ)
     if not path.exists():
@@ -192,10 +234,18 @@ def load_secret(env: Mapping[str, str] | None = None) -> Secret:
                 f"cannot create the per-user secret file {path} ({exc.strerror}); set {SECRET} "
                 "to a secret value or file shared by every rank of the job"
             ) from None
-    info = _check_file(path, f"the per-user secret file {path}")
-    if info.st_uid != os.getuid():
-        raise ConfigError(
-            f"the per-user secret file {path} belongs to another user (uid {info.st_uid}); "
-            f"remove it, or set {SECRET}"
-        )
-    return Secret(_read_key(path, "the per-user secret file"), f"per-user file {path}")
+    return Secret(_read_key(path, None), f"per-user file {path}")
+
+
+def _warn_off() -> None:
+    """Warn once per process that membership is not checked (``info`` says it too)."""
+    global _warned_off
+    if _warned_off:
+        return
+    _warned_off = True
+    warnings.warn(
+        f"{SECRET}=off: membership is not checked; any process that reaches MASTER_PORT can "
+        "join this job and answer its collectives",
+        RendezvousWarning,
+        stacklevel=4,
+    )

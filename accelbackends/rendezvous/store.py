@@ -59,6 +59,8 @@ class Rendezvous:
     raw: Any
     #: What the ranks agreed on when they proved membership (None for a single rank).
     admission: Admission | None = None
+    #: The attempt rank 0 opened (see `membership.open_attempt`); 0 for a single rank.
+    generation: int = 0
 
 
 def _port_said(cluster: ClusterInfo) -> str:
@@ -147,11 +149,20 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         limit = min(deadline, time.monotonic() + _LISTEN_WAIT)
         if _until_listening(cluster.master_port, limit) is False and limit == deadline:
             raise RendezvousError(nobody_listens)
-    peer, probe, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    peer, probe, error = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
     if probe is not None:
         probe.close()
     if peer is storewire.Peer.NOBODY:
         raise RendezvousError(nobody_listens)
+    if peer is storewire.Peer.UNTAKEN:
+        # Neither taken nor turned away. Issue 28: a backlog flooded with idle connections was
+        # reported as "nothing accepts connections there".
+        raise RendezvousError(
+            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"{seconds:g} s: the port turns no connection away but takes none ({error}): its "
+            "backlog is full of connections that never speak (a denial of service on "
+            "MASTER_PORT), or a firewall drops them; rank 0 may be running"
+        )
     if peer is not storewire.Peer.STORE:
         raise RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
@@ -313,7 +324,6 @@ def _join(
     """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
     import torch.distributed as dist
 
-    prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
     port = cluster.master_port
 
@@ -339,6 +349,16 @@ def _join(
         return f" (connected to the store: {shown}{more})"
 
     try:
+        generation = membership.open_attempt(
+            raw,
+            f"{_KEY}/{cluster.run_id}/",
+            rank=cluster.rank,
+            generation=generation,
+            deadline=deadline,
+            join_timeout=join_timeout,
+            where=where,
+        )
+        prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
         admission = membership.admit(
             raw,
             prefix,
@@ -357,7 +377,7 @@ def _join(
             f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
             "store)"
         ) from None
-    return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission)
+    return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission, generation)
 
 
 def free_loopback_socket() -> socket.socket:
@@ -381,3 +401,25 @@ def host_loopback_store(world_size: int, timeout: float) -> tuple[Any, int]:
         port, world_size, timedelta(seconds=timeout), sock.detach()
     )
     return store, port
+
+
+def tell_the_job(cluster: ClusterInfo, message: str, seconds: float) -> None:
+    """Leave ``message`` for rank 0 in the job's store (a rank other than 0 that refused its
+    configuration and leaves): rank 0 and the ranks waiting for it fail with it at once instead
+    of waiting for the rendezvous timeout, where no launcher stops them. Best effort, bounded
+    by ``seconds``, in plain Python on the calling thread (`storewire`): nothing is left
+    running inside torch when the rank goes on to raise its own error."""
+    if (
+        cluster.rank == 0
+        or cluster.world_size < 2
+        or cluster.store_socket is not None
+        or not cluster.master_addr
+        or not cluster.master_port
+    ):
+        return
+    deadline = time.monotonic() + seconds
+    _, client, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    if client is None:
+        return
+    with contextlib.closing(client), contextlib.suppress(OSError):
+        membership.report_conflict(client, f"{_KEY}/{cluster.run_id}/", message)

@@ -43,6 +43,7 @@ class Peer(enum.Enum):
 
     STORE = "a torch store answered"
     NOBODY = "nothing accepts connections there"
+    UNTAKEN = "connections are neither refused nor taken"
     SILENT = "the connection was accepted, but no answer came"
     OTHER = "the peer answered, but not as a torch store"
 
@@ -94,7 +95,12 @@ def probe(host: str, port: int, deadline: float) -> tuple[Peer, StoreClient | No
         except OSError as exc:  # refused (not listening yet), unreachable, dropped: again
             error = str(exc) or type(exc).__name__
             if time.monotonic() + _RETRY >= deadline:
-                return Peer.NOBODY, None, error
+                # A connect that timed out was neither refused nor accepted: a backlog full of
+                # connections that never speak, or a firewall dropping them.
+                untaken = isinstance(exc, TimeoutError)
+                if untaken:
+                    error = "a connection attempt timed out"
+                return (Peer.UNTAKEN if untaken else Peer.NOBODY), None, error
             time.sleep(_RETRY)
             continue
         client = StoreClient(sock, deadline)

@@ -261,12 +261,14 @@ def test_malformed_per_node_counts_name_the_variable_and_show_the_accepted_form(
 
 # -- integers -------------------------------------------------------------------------------------
 
-_VALID_INT = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
+# No blanks or line breaks around the digits: no launcher writes them (issue 28: "0\n" was 0).
+_VALID_INT = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
 @given(st.text(max_size=12))
 @example("٣")  # an Arabic-Indic digit: int() takes it, no launcher writes it
 @example(" 7 ")
+@example("0\n")
 @example("+3")
 @example("-1")
 @example("1e3")
@@ -281,6 +283,8 @@ def test_launcher_integers_are_ascii_digits_or_an_error_naming_variable_and_valu
             read_int(env, "SLURM_PROCID")
         assert f"SLURM_PROCID={text!r}" in str(caught.value)
         assert "integer >= 0" in str(caught.value)
+        if text.strip() != text and _VALID_INT.fullmatch(text.strip()):
+            assert "without blanks or line breaks around it" in str(caught.value)
 
 
 @pytest.mark.parametrize("value", ["100000000000000000000", "2147483648", "7" * 5000])

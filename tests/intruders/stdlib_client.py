@@ -22,18 +22,27 @@ def _string(text: str) -> bytes:
     return struct.pack("<Q", len(data)) + data
 
 
-def main() -> int:
-    port, prefix = int(sys.argv[1]), sys.argv[2]
+def connect(port: int, timeout: float = 10) -> socket.socket | None:
+    """A connection to the store on ``port`` that has passed torch's handshake, once the store
+    listens (within 30 s), or None."""
     for _ in range(600):
         try:
-            connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+            connection = socket.create_connection(("127.0.0.1", port), timeout=timeout)
             break
         except OSError:
             time.sleep(0.05)
     else:
+        return None
+    connection.sendall(struct.pack("<BI", VALIDATE, MAGIC))
+    return connection
+
+
+def main() -> int:
+    port, prefix = int(sys.argv[1]), sys.argv[2]
+    connection = connect(port)
+    if connection is None:
         return 3
     with connection:
-        connection.sendall(struct.pack("<BI", VALIDATE, MAGIC))
         connection.sendall(
             struct.pack("<B", ADD) + _string(prefix + "joined") + struct.pack("<q", 1)
         )
