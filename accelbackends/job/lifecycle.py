@@ -63,7 +63,7 @@ from ..rendezvous.store import (
     quiet_torch_logs,
 )
 from ..rendezvous.store import __name__ as _rendezvous_module
-from . import affinity, worldcheck
+from . import affinity, children, worldcheck
 from . import environ as _environment
 from . import recognise as _recognition
 from .select import select
@@ -453,6 +453,7 @@ def _initialise(
     steps.callback(_environment.restore)
     _environment.export(context)  # fails if the environment describes another job
     _state = _State(context, rendezvous, steps.pop_all())
+    children.watch(_current_context)  # Lightning starting ranks of another world: refused
     # step: post_init
     try:
         registry.post_init(context)
@@ -461,6 +462,10 @@ def _initialise(
         raise
     environment.keep()
     return context
+
+
+def _current_context() -> Context | None:
+    return _state.context if _state is not None else None
 
 
 def _destroy_process_group() -> None:

@@ -111,19 +111,21 @@ def test_init_before_lightning_starts_its_ranks_fails_naming_both_world_sizes(
     )
 
 
-def test_init_before_lightning_starts_its_ranks_without_the_environment_does_not_exit_0(
-    tmp_path: Path,
+@pytest.mark.parametrize("mode", ["trainer", "fabric"])
+def test_init_before_lightning_starts_its_ranks_without_the_environment_fails_before_training(
+    mode: str, tmp_path: Path
 ) -> None:
     _needs("lightning")
-    script = [sys.executable, str(HERE / "lightning_train.py"), "fabric", "bare-init-first"]
+    script = [sys.executable, str(HERE / "lightning_train.py"), mode, "bare-init-first"]
     result = _run(script, tmp_path, ACCELBACKENDS_RENDEZVOUS_TIMEOUT="30")
-    assert result.returncode != 0
-    # The parent trained alone in its one-rank group: caught when it exits, whichever of its
-    # exit or Lightning's observer (stopping it after the child's refused init()) comes first.
+    # Refused where Lightning starts its second rank, before a step: no rank trained alone.
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "RESULT" not in result.stdout
     assert (
-        "WORLD_SIZE=2 (the group: 1)" in result.stderr
-        or "runs in a process Lightning started" in result.stderr
-    )
+        "InitError: Lightning is starting rank 1 of a world of 2 as a new process "
+        "(WORLD_SIZE=2, LOCAL_RANK=1), but accelbackends.init() already made a process group "
+        "of 1" in result.stderr
+    ), result.stderr[-4000:]
 
 
 def test_init_in_a_process_lightning_started_is_refused_pointing_to_the_environment(
