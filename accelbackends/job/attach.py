@@ -6,8 +6,8 @@ group; `attach` describes it instead: rank and world size from the group itself,
 and node rank from the launcher accelbackends recognises, backend from torch, accelerator and
 device from accelbackends' selection. Where the launcher's view and the group's differ, it fails
 naming both, and so it does where a framework already set up in the process (`frameworks`)
-sees another job than the group; where the group's backend or the framework's device differs from what
-accelbackends would choose, it warns once, naming both.
+sees another job than the group; where the group's backend or the framework's device differs
+from what accelbackends would choose, it warns once, naming both.
 """
 
 from __future__ import annotations
