@@ -23,9 +23,12 @@ Any failure on the way tears down what was built: no half-initialised process gr
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -327,7 +330,7 @@ def _initialise(
     steps: contextlib.ExitStack,
     pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
-    global _state, _generation
+    global _state, _generation, _exit_hook_registered
     import torch.distributed as dist
 
     cpu_affinity, cpus = pinned
@@ -454,6 +457,9 @@ def _initialise(
     _environment.export(context)  # fails if the environment describes another job
     _state = _State(context, rendezvous, steps.pop_all())
     children.watch(_current_context)  # Lightning starting ranks of another world: refused
+    if not _exit_hook_registered:
+        atexit.register(_destroy_at_exit)
+        _exit_hook_registered = True
     # step: post_init
     try:
         registry.post_init(context)
@@ -510,6 +516,27 @@ def _seed(value: int) -> None:
     numpy.random.seed(value % _SEED_LIMIT)
 
 
+_exit_hook_registered = False
+
+
+def _destroy_at_exit() -> None:
+    """`init()` without `destroy()`: tear the group down in an exit handler, while the
+    interpreter is still whole. Left to the interpreter's finalisation, the Gloo backend's
+    threads outlive the objects they use and abort the process ("terminate called without an
+    active exception", 3 of 6 runs with torch 2.13; issue 27). A disagreement `destroy()` finds
+    ends the process with status 1, as an exception in an exit handler would not."""
+    if _state is None:
+        return
+    try:
+        destroy()
+    except InitError as exc:
+        sys.stderr.write(f"accelbackends: InitError: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    except Exception as exc:  # the exit status stays the script's; say what went wrong
+        sys.stderr.write(f"accelbackends: destroy() at exit failed: {first_line(exc)}\n")
+
+
 def destroy() -> None:
     """Tear down the process group made by [`init`][accelbackends.init]; a no-op when there is
     none."""
@@ -517,6 +544,10 @@ def destroy() -> None:
     if _state is None:
         return
     state, _state = _state, None
+    # Objects no longer reachable but not yet collected (a DDP module, a DeepSpeed engine in a
+    # reference cycle) hold the group's Gloo backend and its worker threads; collected here,
+    # their threads end while the interpreter is whole rather than during its finalisation.
+    gc.collect()
     try:
         # A framework that rewrote the job's variables after init() (Lightning starting
         # processes of its own beside a one-rank group) ran a different job: say so.
