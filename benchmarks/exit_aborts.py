@@ -118,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
             order = ways[index % len(ways) :] + ways[: index % len(ways)]
             for way in order:
                 counts[way][_one(script, way)] += 1
+            aborted = ", ".join(f"{way} {counts[way]['aborted']}" for way in ways)
+            print(f"round {index + 1}/{runs}: aborted so far {aborted}", flush=True)
     print(f"{runs} runs of each way, {time.monotonic() - started:.0f} s")
     print(f"{'way':<20} {'clean':>6} {'aborted':>8} {'failed':>7}")
     for way, count in counts.items():
