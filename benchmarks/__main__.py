@@ -33,7 +33,6 @@ BENCHMARKS: dict[str, str] = {
     "local-stores": "benchmarks.local_stores",
     "check-overhead": "benchmarks.check_overhead",
     "cpu-affinity": "benchmarks.cpu_affinity",
-    "exit-aborts": "benchmarks.exit_aborts",
 }
 
 #: Arguments ``all --quick`` gives a benchmark instead of ``--quick``.

@@ -17,7 +17,8 @@ A run counts as **aborted** when both ranks printed ``DONE`` but the job did not
 rank died of SIGABRT; as **failed** when it did not finish training. Goal: ``distributed`` and
 ``init-only`` abort less often than ``plain`` and ``init-only-no-hook`` (0 in the runs made).
 
-Usage: ``python -m benchmarks exit-aborts [--runs 40] [--ways plain,distributed,...]``.
+Usage: ``python -m benchmarks.exit_aborts [--runs 40] [--ways plain,distributed,...]``; not part
+of ``python -m benchmarks all``: 40 runs of each way take about half an hour on 2 cores.
 """
 
 from __future__ import annotations
@@ -128,3 +129,9 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(exist_ok=True)
     (out / "exit_aborts.json").write_text(json.dumps({"runs": runs, "counts": counts}, indent=1))
     return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.exit_aborts", description=__doc__)
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
