@@ -5,8 +5,9 @@ initialise `torch.distributed` before accelbackends gets a say. `init` refuses s
 group; `attach` describes it instead: rank and world size from the group itself, local rank
 and node rank from the launcher accelbackends recognises, backend from torch, accelerator and
 device from accelbackends' selection. Where the launcher's view and the group's differ, it fails
-naming both; where the group's backend or the framework's device differs from what
-accelbackends would choose, it warns once, naming both.
+naming both, and so it does where a framework already set up in the process (`frameworks`)
+sees another job than the group; where the group's backend or the framework's device differs
+from what accelbackends would choose, it warns once, naming both.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..plugin import torchcompat
 from ..plugin.errors import AccelBackendsWarning, InitError
 from ..plugin.types import ClusterInfo, Context, Selection
 from ..registry.facade import Registry, default_registry
+from .frameworks import check_views
 from .recognise import recognise
 from .select import select
 
@@ -111,8 +113,11 @@ def attach(
         registry: Use this registry instead of the process's default.
 
     Raises:
-        InitError: No process group is initialised, or the launcher puts this process at a
-            different rank or in a different world size than the group does.
+        InitError: No process group is initialised, the launcher puts this process at a
+            different rank or in a different world size than the group does, or a framework
+            already set up in this process (Accelerate's `PartialState`, which the
+            transformers `Trainer` uses; DeepSpeed's `deepspeed.comm`) sees another rank or
+            world size, or runs undistributed inside a group of several ranks.
     """
     import torch
     import torch.distributed as dist
@@ -120,7 +125,9 @@ def attach(
     from . import lifecycle
 
     if lifecycle._state is not None:
-        return lifecycle._state.context
+        context = lifecycle._state.context
+        check_views(context.rank, context.world_size, context.process_group_backend)
+        return context
     if not (dist.is_available() and dist.is_initialized()):
         raise InitError(
             "accelbackends.attach() found no initialised process group; call it after the "
@@ -129,9 +136,12 @@ def attach(
         )
     registry = registry or default_registry()
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    group_backend = str(dist.get_backend())
+    # A framework that runs alone inside a group of several ranks is a wrong job, not a
+    # detail to warn about (issue 27: Accelerator() before attach() under torchrun on CPU).
+    check_views(rank, world_size, group_backend)
     cluster = _cluster_for_group(registry, rank, world_size)
     selection = select(accelerator, backend, registry=registry)
-    group_backend = str(dist.get_backend())
     if device is None:
         device = _framework_device(selection, cluster.local_rank)
     device = torch.device(device)

@@ -23,10 +23,13 @@ Any failure on the way tears down what was built: no half-initialised process gr
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
 import random
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,7 +69,7 @@ from ..rendezvous.store import (
     tell_the_job,
 )
 from ..rendezvous.store import __name__ as _rendezvous_module
-from . import affinity, worldcheck
+from . import affinity, children, worldcheck
 from . import environ as _environment
 from . import recognise as _recognition
 from .failure import stamp, stamped
@@ -354,7 +357,7 @@ def _initialise(
     steps: contextlib.ExitStack,
     pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
 ) -> Context:
-    global _state, _generation
+    global _state, _generation, _exit_hook_registered
     import torch.distributed as dist
 
     cpu_affinity, cpus = pinned
@@ -493,6 +496,10 @@ def _initialise(
     steps.callback(_environment.restore)
     _environment.export(context)  # fails if the environment describes another job
     _state = _State(context, rendezvous, steps.pop_all())
+    children.watch(_current_context)  # Lightning starting ranks of another world: refused
+    if not _exit_hook_registered:
+        atexit.register(_destroy_at_exit)
+        _exit_hook_registered = True
     # step: post_init
     try:
         registry.post_init(context)
@@ -502,6 +509,10 @@ def _initialise(
         raise
     environment.keep()
     return context
+
+
+def _current_context() -> Context | None:
+    return _state.context if _state is not None else None
 
 
 def _destroy_process_group() -> None:
@@ -546,6 +557,27 @@ def _seed(value: int) -> None:
     numpy.random.seed(value % _SEED_LIMIT)
 
 
+_exit_hook_registered = False
+
+
+def _destroy_at_exit() -> None:
+    """`init()` without `destroy()`: tear the group down in an exit handler, while the
+    interpreter is still whole. Left to the interpreter's finalisation, the Gloo backend's
+    threads outlive the objects they use and abort the process ("terminate called without an
+    active exception", 3 of 6 runs with torch 2.13; issue 27). A disagreement `destroy()` finds
+    ends the process with status 1, as an exception in an exit handler would not."""
+    if _state is None:
+        return
+    try:
+        destroy()
+    except InitError as exc:
+        sys.stderr.write(f"accelbackends: InitError: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    except Exception as exc:  # the exit status stays the script's; say what went wrong
+        sys.stderr.write(f"accelbackends: destroy() at exit failed: {first_line(exc)}\n")
+
+
 def destroy() -> None:
     """Tear down the process group made by [`init`][accelbackends.init]; a no-op when there is
     none."""
@@ -553,6 +585,10 @@ def destroy() -> None:
     if _state is None:
         return
     state, _state = _state, None
+    # Objects no longer reachable but not yet collected (a DDP module, a DeepSpeed engine in a
+    # reference cycle) hold the group's Gloo backend and its worker threads; collected here,
+    # their threads end while the interpreter is whole rather than during its finalisation.
+    gc.collect()
     try:
         # A framework that rewrote the job's variables after init() (Lightning starting
         # processes of its own beside a one-rank group) ran a different job: say so.

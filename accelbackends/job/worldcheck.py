@@ -240,16 +240,51 @@ def _mpi(env: Mapping[str, str], launcher: str) -> Signal | None:
     return None
 
 
+#: Variables only ``accelerate launch`` sets (Accelerate 0.20 to 1.15): a process that has one
+#: was started by it.
+_ACCELERATE_LAUNCH = ("ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_MIXED_PRECISION")
+
+
+def _accelerate_launch(env: Mapping[str, str], launcher: str) -> Signal | None:
+    # Without --multi_gpu (or a config saying so) `accelerate launch --num_processes N` starts
+    # ONE process with plain Python and tells it nothing of N; it sets MASTER_ADDR and
+    # MASTER_PORT only where N > 1 or --num_machines > 1 (accelerate/utils/launch.py,
+    # prepare_simple_launcher_cmd_env, Accelerate 0.20 to 1.15). With --multi_gpu it runs
+    # torchrun, which the torchrun environment recognises.
+    if launcher != "single":
+        return None
+    marks = [f"{name}={shown(env[name])}" for name in _ACCELERATE_LAUNCH if name in env]
+    if not marks or not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")):
+        return None
+    return Signal(
+        "accelerate launch (its one-process launcher)",
+        ", ".join(
+            [
+                *marks,
+                f"MASTER_ADDR={shown(env['MASTER_ADDR'])}",
+                f"MASTER_PORT={shown(env['MASTER_PORT'])}",
+            ]
+        )
+        + ": it sets MASTER_* only for --num_processes or --num_machines above 1",
+        processes=2,
+        fix="add --multi_gpu (only then does accelerate launch start torchrun, CPU included: "
+        "`accelerate launch --multi_gpu --cpu --num_processes N train.py`), or run "
+        "`torchrun --nproc-per-node N train.py`",
+    )
+
+
 def signals(cluster: ClusterInfo, env: Mapping[str, str]) -> tuple[Signal, ...]:
     """Every launcher's or scheduler's statement about the job's size in ``env``: the Slurm
     allocation or step (unless srun started this process itself), SkyPilot's run command,
     Kubeflow's ``PET_*`` variables, an MPI launcher's size (unless an MPI launcher or srun
-    started this process)."""
+    started this process), ``accelerate launch`` asked for several processes but started
+    one."""
     found = (
         _slurm(env, cluster.launcher),
         _skypilot(env),
         _kubeflow(env),
         _mpi(env, cluster.launcher),
+        _accelerate_launch(env, cluster.launcher),
     )
     return tuple(signal for signal in found if signal is not None)
 

@@ -58,6 +58,8 @@ _NONCE_POLL = 1.0
 #: often it says who is still missing.
 _TICK = 1.0
 PROGRESS_EVERY = 10.0
+#: How often a wait for keys asks the store again (one round trip each).
+_POLL = 0.05
 #: How long the other ranks wait for rank 0's verdict after the rendezvous timeout has passed
 #: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
 _VERDICT_GRACE = 3.0
@@ -126,10 +128,20 @@ class _Store:
         return bool(self.raw.check([self.key(name)]))
 
     def wait(self, names: list[str], seconds: float) -> bool:
-        try:
-            self.raw.wait([self.key(n) for n in names], timedelta(seconds=max(seconds, 0.01)))
-        except RuntimeError:  # TCPStore: DistStoreError; FileStore (spawn's): "Wait timeout"
-            return False
+        """True once every key of ``names`` is set, False after ``seconds``.
+
+        Polls ``check`` instead of the store's blocking ``wait``: a TCPStore wait that times out
+        logs a ``[W… socket.cpp] waitForInput … timed out`` warning (torch 2.4 to 2.13), two
+        a second while rank 0 waits, and ``TORCH_CPP_LOG_LEVEL`` cannot silence it once the
+        user imported torch first (issue 27). ``check`` answers at once and logs nothing.
+        """
+        keys = [self.key(n) for n in names]
+        end = time.monotonic() + max(seconds, 0.01)
+        while not self.raw.check(keys):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(_POLL, left))
         return True
 
 

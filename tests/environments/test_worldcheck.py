@@ -293,3 +293,33 @@ def test_info_lists_the_signals_that_agree(cli: Cli) -> None:
     assert report["launcher"] == "skypilot"
     assert report["world_check"]["error"] is None
     assert report["world_check"]["signals"][0]["scheduler"] == "SkyPilot's run command"
+
+
+#: What `accelerate launch --num_processes 2` (no --multi_gpu) gives its one process (Accelerate
+#: 1.15, prepare_simple_launcher_cmd_env); with --num_processes 1 it sets no MASTER_*.
+ACCELERATE_ONE_PROCESS_FOR_TWO = {
+    "ACCELERATE_USE_CPU": "False",
+    "ACCELERATE_MIXED_PRECISION": "no",
+    "ACCELERATE_DYNAMO_BACKEND": "NO",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+def test_accelerate_launch_starting_one_of_several_processes_is_refused_naming_the_fix() -> None:
+    problem = verdict(ACCELERATE_ONE_PROCESS_FOR_TWO).problem
+    assert problem is not None
+    assert "a world of 1" in problem and "accelerate launch" in problem, problem
+    assert "MASTER_PORT='29500'" in problem and "--multi_gpu" in problem, problem
+
+
+def test_accelerate_launch_with_one_process_or_under_torchrun_is_not_refused() -> None:
+    one = {k: v for k, v in ACCELERATE_ONE_PROCESS_FOR_TWO.items() if not k.startswith("MASTER")}
+    assert verdict(one).problem is None
+    assert verdict(ACCELERATE_ONE_PROCESS_FOR_TWO, standalone=True).problem is None
+    torchrun = {
+        **ACCELERATE_ONE_PROCESS_FOR_TWO,
+        **{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
+        **{"GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "x", "ROLE_RANK": "0"},
+    }
+    assert verdict(torchrun).problem is None

@@ -2,7 +2,10 @@
 DeepSpeed on the CPU; prints one ``RESULT`` line: the rank and world size the framework saw and
 a digest of the trained weights.
 
-Usage: ``python hf_train.py accelerate|bare-accelerate|attach|trainer|deepspeed OUTPUT_DIR``
+Usage: ``python hf_train.py MODE OUTPUT_DIR``; MODE one of accelerate, bare-accelerate, attach,
+trainer, deepspeed, and the wrong orders that must stop before training: accelerator-first
+(``Accelerator()`` without ``cpu=True``, then ``attach()``), trainer-first (``TrainingArguments``,
+then ``attach()``), launched (``init()`` in what ``accelerate launch`` started).
 """
 
 from __future__ import annotations
@@ -63,10 +66,25 @@ elif MODE == "attach":
     ctx = accelbackends.attach(device=accelerator.device)
     model = train_with_accelerate(accelerator)
     report(ctx.rank, ctx.world_size, model, launcher=ctx.launcher, backend=ctx.backend)
-elif MODE == "trainer":
+elif MODE == "accelerator-first":
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()  # on the CPU: a group of 2, yet DistributedType.NO
+    ctx = accelbackends.attach(device=accelerator.device)  # must raise here
+    model = train_with_accelerate(accelerator)
+    report(accelerator.process_index, accelerator.num_processes, model, group=ctx.world_size)
+elif MODE == "launched":
+    from accelerate import Accelerator
+
+    ctx = accelbackends.init()  # must raise: accelerate launch asked for 2 and started 1
+    accelerator = Accelerator()
+    model = train_with_accelerate(accelerator)
+    report(accelerator.process_index, accelerator.num_processes, model, group=ctx.world_size)
+elif MODE in ("trainer", "trainer-first"):
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-    ctx = accelbackends.init()
+    if MODE == "trainer":
+        ctx = accelbackends.init()
     config = BertConfig(
         vocab_size=32,
         hidden_size=8,
@@ -93,6 +111,9 @@ elif MODE == "trainer":
         disable_tqdm=True,
         seed=0,
     )
+    if MODE == "trainer-first":
+        print("PARALLEL_MODE", args.parallel_mode, flush=True)  # makes the group: NOT_PARALLEL
+        ctx = accelbackends.attach()  # must raise here
     Trainer(model=model, args=args, train_dataset=data).train()
     report(args.process_index, args.world_size, model, group=ctx.world_size)
     accelbackends.destroy()
@@ -117,7 +138,7 @@ elif MODE == "deepspeed":
     report(deepspeed.comm.get_rank(), deepspeed.comm.get_world_size(), model, ds=accelerator)
     accelbackends.destroy()
 
-if MODE != "attach":
+if MODE not in ("attach", "accelerator-first", "trainer-first", "launched"):
     # The group was destroyed and the result printed: leave without the interpreter's shutdown.
     # The framework keeps its DDP wrapper (and so the Gloo group's worker threads) alive past
     # destroy(); a worker still releasing the tensors of the last collective (the Trainer's

@@ -111,19 +111,21 @@ def test_init_before_lightning_starts_its_ranks_fails_naming_both_world_sizes(
     )
 
 
-def test_init_before_lightning_starts_its_ranks_without_the_environment_does_not_exit_0(
-    tmp_path: Path,
+@pytest.mark.parametrize("mode", ["trainer", "fabric"])
+def test_init_before_lightning_starts_its_ranks_without_the_environment_fails_before_training(
+    mode: str, tmp_path: Path
 ) -> None:
     _needs("lightning")
-    script = [sys.executable, str(HERE / "lightning_train.py"), "fabric", "bare-init-first"]
+    script = [sys.executable, str(HERE / "lightning_train.py"), mode, "bare-init-first"]
     result = _run(script, tmp_path, ACCELBACKENDS_RENDEZVOUS_TIMEOUT="30")
-    assert result.returncode != 0
-    # The parent trained alone in its one-rank group: caught when it exits, whichever of its
-    # exit or Lightning's observer (stopping it after the child's refused init()) comes first.
+    # Refused where Lightning starts its second rank, before a step: no rank trained alone.
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "RESULT" not in result.stdout
     assert (
-        "WORLD_SIZE=2 (the group: 1)" in result.stderr
-        or "runs in a process Lightning started" in result.stderr
-    )
+        "InitError: Lightning is starting rank 1 of a world of 2 as a new process "
+        "(WORLD_SIZE=2, LOCAL_RANK=1), but accelbackends.init() already made a process group "
+        "of 1" in result.stderr
+    ), result.stderr[-4000:]
 
 
 def test_init_in_a_process_lightning_started_is_refused_pointing_to_the_environment(
@@ -193,3 +195,44 @@ def test_deepspeed_uses_the_selected_accelerator_without_detecting_again(tmp_pat
     _assert_two_identical_replicas(lines)
     assert {line["ds"] for line in lines} == {"cpu"}
     assert "unable to detect" not in result.stdout + result.stderr
+
+
+#: The message of a framework that runs alone inside the group (job/frameworks.py).
+_ALONE = "sees process 0 of 1 (distributed_type=NO), but the process group is rank {rank} of 2"
+
+
+def _assert_stopped_before_training(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "RESULT" not in result.stdout, result.stdout[-2000:]  # no rank trained
+
+
+@pytest.mark.parametrize(
+    ("mode", "framework"),
+    [("accelerator-first", "accelerate"), ("trainer-first", "transformers")],
+)
+def test_framework_running_alone_in_the_group_stops_at_attach_naming_both_views(
+    mode: str, framework: str, tmp_path: Path
+) -> None:
+    _needs(framework)
+    result = _torchrun("hf_train.py", mode, str(tmp_path), tmp_path=tmp_path)
+    _assert_stopped_before_training(result)
+    for rank in (0, 1):
+        assert "InitError: Accelerate's PartialState" in result.stderr, result.stderr[-4000:]
+        assert _ALONE.format(rank=rank) in result.stderr, result.stderr[-4000:]
+    if mode == "trainer-first":
+        assert "PARALLEL_MODE ParallelMode.NOT_PARALLEL" in result.stdout
+
+
+@pytest.mark.parametrize("cpu", [[], ["--cpu"]])
+def test_accelerate_launch_without_multi_gpu_is_refused_at_init(
+    cpu: list[str], tmp_path: Path
+) -> None:
+    _needs("accelerate")
+    launch = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch"]
+    script = [str(HERE / "hf_train.py"), "launched", str(tmp_path)]
+    result = _run([*launch, "--num_processes", "2", *cpu, *script], tmp_path)
+    _assert_stopped_before_training(result)
+    assert "this process is a world of 1 (no launcher recognised), but accelerate launch" in (
+        result.stderr
+    ), result.stderr[-4000:]
+    assert "add --multi_gpu" in result.stderr
