@@ -119,7 +119,9 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(HERE.parent), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
     )
-    env["ACCELBACKENDS_SECRET"] = "exit-tests"
+    # At least the 16 characters a secret value needs (a shorter one is refused before any
+    # rendezvous, which would end every script with exit 3 without reaching its failure path).
+    env["ACCELBACKENDS_SECRET"] = "exit-tests-shared-secret"
     env.update(extra)
     return env
 
@@ -395,7 +397,12 @@ def test_check_with_a_rank_killed(server: Server, tmp_path: Path) -> None:
     for run in range(LOOPS):
         pid = server.start(script, _env(), str(run), *argv)
         deadline = time.monotonic() + LIMIT
-        while len(_descendants(pid)) < 2 and time.monotonic() < deadline:
+        # Until both ranks run, or the command ended without starting them (bad input).
+        while (
+            len(_descendants(pid)) < 2
+            and os.path.exists(f"/proc/{pid}")
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         time.sleep(0.2 * (run % 6))  # in the rendezvous, the collectives or the sweep
         ranks = _descendants(pid)

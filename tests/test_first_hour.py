@@ -115,7 +115,7 @@ def test_iters_beyond_the_bound_is_refused_with_what_to_do() -> None:
 
 
 def test_more_cpu_ranks_than_cores_get_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(options, "_cores", lambda: 2)
+    monkeypatch.setattr(options, "available_cores", lambda: 2)
     assert options.oversubscription(2, "cpu") is None
     assert options.oversubscription(32, "cuda") is None
     note = options.oversubscription(32, "cpu")
@@ -125,7 +125,7 @@ def test_more_cpu_ranks_than_cores_get_a_note(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_rank_limit_follows_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(options, "_cores", lambda: 4)
+    monkeypatch.setattr(options, "available_cores", lambda: 4)
     options.check_ranks(128)
     with pytest.raises(options.ConfigError, match="use --nproc 128 or fewer"):
         options.check_ranks(129)

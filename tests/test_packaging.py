@@ -92,7 +92,7 @@ def test_sdist_carries_the_license_docs_tests_and_plugins(dist: Path) -> None:
         "docs/css/extra.css",
         "tests/test_packaging.py",
         "plugins/accelbackends-ascend/pyproject.toml",
-        "accelbackends/cli.py",
+        "accelbackends/cli/main.py",
     ):
         assert name in names, name
 
