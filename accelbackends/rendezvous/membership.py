@@ -289,7 +289,8 @@ def open_attempt(
                 ) from None
             if announced >= generation:
                 return announced
-        conflict = _conflict(store)
+        # ``store`` holds the job's prefix here, not an attempt's: the job's key is under it.
+        conflict = _conflict_at(raw, job_prefix + "conflict")
         if conflict is not None:
             raise RendezvousError(f"rank {rank}: {conflict}")
         if time.monotonic() >= deadline:
@@ -517,9 +518,12 @@ def _judge_answer(
 
 def _conflict(store: _Store) -> str | None:
     """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
-    key = store.job_key("conflict")
-    if store.raw.check([key]):
-        return bytes(store.raw.get(key)).decode(errors="replace")
+    return _conflict_at(store.raw, store.job_key("conflict"))
+
+
+def _conflict_at(raw: Any, key: str) -> str | None:
+    if raw.check([key]):
+        return bytes(raw.get(key)).decode(errors="replace")
     return None
 
 
