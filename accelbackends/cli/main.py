@@ -435,18 +435,12 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         from . import check as check_command
 
         return check_command.run(args)
-    except ConfigError as exc:
+    except AccelBackendsError as exc:  # bad input (ConfigError) is exit 2, any other failure 1
         _json_failure(args, exc)
         if args.verbose:
             raise
         print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
-        return EXIT_USAGE
-    except AccelBackendsError as exc:
-        _json_failure(args, exc)
-        if args.verbose:
-            raise
-        print(f"accelbackends: error: {clean(first_line(exc))}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILED
     except KeyboardInterrupt as exc:
         _json_failure(args, exc, "interrupted (SIGINT)")
         print("accelbackends: interrupted", file=sys.stderr)
