@@ -18,6 +18,7 @@ from typing import Any
 
 from ..job.recognise import recognise
 from ..job.select import select
+from ..plugin import workers
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import Selection
 from ..registry.facade import Registry, default_registry
@@ -120,6 +121,9 @@ class AccelBackendsEnvironment(ClusterEnvironment):  # type: ignore[misc]
         self._rank = self._cluster.rank
         self._world_size = self._cluster.world_size
         self._port: int | None = self._cluster.master_port
+        # Lightning's DDP wrapper keeps its Gloo workers alive to the end of the process: let
+        # them finish before the interpreter finalises (see `accelbackends.plugin.workers`).
+        workers.at_exit()
 
     @property
     def launcher(self) -> str:

@@ -16,7 +16,7 @@ import os
 import warnings
 from typing import Any
 
-from ..plugin import torchcompat
+from ..plugin import torchcompat, workers
 from ..plugin.errors import AccelBackendsWarning, InitError
 from ..plugin.types import ClusterInfo, Context, Selection
 from ..registry.facade import Registry, default_registry
@@ -124,6 +124,7 @@ def attach(
 
     from . import lifecycle
 
+    workers.at_exit()  # the framework's workers finish before the interpreter finalises
     if lifecycle._state is not None:
         context = lifecycle._state.context
         check_views(context.rank, context.world_size, context.process_group_backend)

@@ -37,7 +37,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from ..plugin import config, torchcompat
+from ..plugin import config, torchcompat, workers
 from ..plugin.errors import (
     AccelBackendsError,
     ConfigError,
@@ -498,6 +498,7 @@ def _initialise(
     _state = _State(context, rendezvous, steps.pop_all())
     children.watch(_current_context)  # Lightning starting ranks of another world: refused
     if not _exit_hook_registered:
+        workers.at_exit()  # registered first, so it runs after _destroy_at_exit
         atexit.register(_destroy_at_exit)
         _exit_hook_registered = True
     # step: post_init
@@ -597,6 +598,9 @@ def destroy() -> None:
         # The process group, then the store, then the variables init() set (those the user
         # has not changed since).
         state.steps.close()
+        # A DDP wrapper still alive keeps the group's Gloo workers: the last collective's are
+        # let finish while the GIL is free (`accelbackends.plugin.workers`).
+        workers.wait_until_idle()
 
 
 @contextlib.contextmanager
