@@ -26,7 +26,7 @@ tests=(
     tests/test_torch_versions.py
     tests/test_lifecycle.py tests/test_lifecycle_undo.py tests/test_spawn.py
     tests/test_membership.py tests/test_rendezvous_errors.py tests/test_single_host_store.py
-    tests/test_storewire.py
+    tests/test_storewire.py tests/test_workers.py
     tests/test_check.py tests/test_selection.py tests/test_torchrun.py
     tests/test_accelerator_cuda.py tests/test_accelerator_xpu.py tests/test_accelerator_hpu.py
     tests/test_accelerator_fake_stacks.py tests/test_accelerator_devices.py
