@@ -127,3 +127,36 @@ def test_chart_is_drawn_where_matplotlib_is_available(tmp_path: Path) -> None:
         tmp_path / "chart.png",
     )
     assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_exit_aborts_runs_every_documented_way_each_round_and_twins_evenly() -> None:
+    from benchmarks.exit_aborts import TWINS, WAYS, _schedule
+
+    order = _schedule(list(WAYS), runs=10, reference_runs=4)
+    for documented, twin in TWINS.items():
+        assert order.count(documented) == 10
+        assert order.count(twin) == 4
+    assert _schedule(["distributed", "plain"], runs=3, reference_runs=3) == [
+        "distributed",
+        "plain",
+        "plain",
+        "distributed",
+        "distributed",
+        "plain",
+    ]
+
+
+@pytest.mark.slow
+def test_exit_aborts_counts_a_documented_way_that_ends_cleanly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from benchmarks import exit_aborts
+
+    monkeypatch.setattr(exit_aborts, "_LOGS", tmp_path / "logs")
+    monkeypatch.setattr(exit_aborts, "__file__", str(tmp_path / "exit_aborts.py"))
+    parser = argparse.ArgumentParser()
+    exit_aborts.add_arguments(parser)
+    args = parser.parse_args(["--ways", "distributed", "--runs", "1", "--parallel", "1"])
+    assert exit_aborts.main(args) == 0
+    result = json.loads((tmp_path / "results" / "exit_aborts.json").read_text())
+    assert result["counts"] == {"distributed": {"clean": 1, "aborted": 0, "failed": 0}}
