@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 
 import torch
@@ -137,15 +136,3 @@ elif MODE == "deepspeed":
     accelerator = deepspeed.get_accelerator().device_name()
     report(deepspeed.comm.get_rank(), deepspeed.comm.get_world_size(), model, ds=accelerator)
     accelbackends.destroy()
-
-if MODE not in ("attach", "accelerator-first", "trainer-first", "launched"):
-    # The group was destroyed and the result printed: leave without the interpreter's shutdown.
-    # The framework keeps its DDP wrapper (and so the Gloo group's worker threads) alive past
-    # destroy(); a worker still releasing the tensors of the last collective (the Trainer's
-    # closing all_gather) needs the GIL, and one that asks for it after shutdown has begun aborts
-    # the process ("terminate called without an active exception": 3 of 40 trainer runs on a
-    # loaded 2-core machine; a core dump showed the worker in ~AsyncAllgatherWork). A torch race
-    # at exit, not this test's subject; see docs/troubleshooting.md.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
