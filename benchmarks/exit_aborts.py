@@ -242,9 +242,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
     runs = 2 if args.quick else args.runs
     reference_runs = runs if args.reference_runs is None else min(args.reference_runs, runs)
-    if runs < 1 or reference_runs < 0 or args.parallel < 1:
-        print("--runs and --parallel take 1 or more, --reference-runs 0 or more", file=sys.stderr)
-        return 2
+    for name, value, least in (
+        ("--runs", runs, 1),
+        ("--reference-runs", reference_runs, 0),
+        ("--parallel", args.parallel, 1),
+    ):
+        if value < least:
+            print(f"{name} {value}: use an integer of {least} or more", file=sys.stderr)
+            return 2
     counts = {way: {"clean": 0, "aborted": 0, "failed": 0} for way in ways}
     order = _schedule(ways, runs, reference_runs)
     started = time.monotonic()
