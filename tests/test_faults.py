@@ -231,3 +231,47 @@ def test_sigterm_at_any_moment_of_the_import_window_exits_143_without_a_tracebac
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_with(marker) == []
+
+
+def test_sigterm_inside_a_fork_callback_exits_143_without_a_traceback(tmp_path: Path) -> None:
+    """SIGTERM that lands in a Python callback of ``os.fork`` (logging's ``_releaseLock`` while
+    ``check`` starts its ranks; here a callback that waits for the signal) used to print
+    "Exception ignored in: <function _releaseLock ...>" and a traceback, then run on; it is now
+    raised again in the command's own code."""
+    ready = tmp_path / "in-fork-callback"
+    script = f"""
+import os, sys, time
+from pathlib import Path
+
+def after_fork_in_parent():
+    if not Path({str(ready)!r}).exists():
+        Path({str(ready)!r}).write_text("1")
+        time.sleep(5)  # SIGTERM arrives here
+
+os.register_at_fork(after_in_parent=after_fork_in_parent)
+from accelbackends.cli.main import run
+sys.argv = ["accelbackends", "check", "--nproc", "2", "--max-bytes", "1KiB"]
+run()
+"""
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_marked_environment(marker),
+    )
+    deadline = time.monotonic() + 120
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ready.exists(), process.communicate(timeout=60)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "accelbackends: terminated", stderr
+    for broken in ("Traceback", "Exception ignored"):
+        assert broken not in stderr, stderr
+    deadline = time.monotonic() + 60  # the rank forked just before the signal is stopped too
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []

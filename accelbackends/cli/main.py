@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -58,6 +59,21 @@ def _terminate_now() -> None:
     if _watchdog is not None:
         _watchdog.handled()
     raise _Terminated
+
+
+def _terminated_where_it_cannot_propagate(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a command runs. The handler's `_Terminated`, raised inside
+    code whose exceptions Python only reports (an at-fork hook such as logging's
+    ``_releaseLock`` while the ranks are started, a finaliser), would print "Exception ignored
+    in ..." with a traceback and be lost: send SIGTERM again instead, a moment later from
+    another thread (sent from here, its handler would run inside this hook), so that the handler
+    runs once more in the main thread's own code, after the fork has returned its child."""
+    if isinstance(unraisable.exc_value, _Terminated) and os.getpid() == _command_pid:
+        again = threading.Timer(_RESEND_S, os.kill, (_command_pid, signal.SIGTERM))
+        again.daemon = True
+        again.start()
+        return
+    (_previous_unraisable or sys.__unraisablehook__)(unraisable)
 
 
 _EXAMPLES = """\
@@ -128,8 +144,12 @@ _watchdog: Watchdog | None = None
 #: Holds a SIGTERM while the main thread imports (torch's C extensions must not see it).
 _shield: ImportShield | None = None
 #: Set once SIGTERM was raised: where the exception was swallowed (raised in a callback of
-#: os.fork or a finalizer, whose exceptions Python only prints), the command still exits 143.
+#: os.fork or a finalizer, whose exceptions Python only reports), the command still exits 143.
 _terminating = False
+#: ``sys.unraisablehook`` as the command found it (see _terminated_where_it_cannot_propagate).
+_previous_unraisable: Any = None
+#: How long after a swallowed SIGTERM it is sent again.
+_RESEND_S = 0.05
 #: The command's own process (a forked rank inherits the handler; see _raise_terminated).
 _command_pid = 0
 
@@ -386,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # set in os.environ whatever is imported, so that check's ranks inherit it.
         torchlog.quiet_torch_logs(torchlog.QUIET, os.environ)
-    global _watchdog, _shield, _command_pid
+    global _watchdog, _shield, _command_pid, _previous_unraisable
     _command_pid = os.getpid()
     if args.command != "info":
         # Only the rendezvous logs (check); info would import logging for nothing.
@@ -397,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             watch_sigterm(EXIT_TERMINATED, "accelbackends: terminated") as _watchdog,
             shield_imports(_terminate_now) as _shield,
         ):
+            _previous_unraisable = sys.unraisablehook
+            sys.unraisablehook = _terminated_where_it_cannot_propagate
             previous = signal.signal(signal.SIGTERM, _raise_terminated)
             try:
                 code = _run(args, argv)
@@ -406,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 _watchdog = _shield = None
                 signal.signal(signal.SIGTERM, previous)
+                sys.unraisablehook = _previous_unraisable
                 restore_stdout()
     except _Terminated:
         # Arrived between installing the handler and _run's own handling of it, or on the
