@@ -34,6 +34,7 @@ Needs ``.[frameworks]`` and DeepSpeed for the framework ways (``--ways`` picks o
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -212,12 +213,14 @@ def _one(script: Path, way: str, folder: str) -> str:
     aborted = trained and ("Signals.SIGABRT" in output or "exitcode  : -6" in output)
     outcome = "aborted" if aborted else "failed"
     _LOGS.mkdir(parents=True, exist_ok=True)
-    log = _LOGS / f"{way}-{outcome}-{time.strftime('%H%M%S')}-{os.getpid()}-{id(result)}.log"
+    log = _LOGS / f"{way}-{outcome}-{time.strftime('%H%M%S')}-{next(_LOG_NUMBERS)}.log"
     log.write_text(f"exit {result.returncode}\n{output}")
     return outcome
 
 
 _LOGS = Path(__file__).parent / "results" / "exit_aborts"
+#: Numbers the logs of one run (the jobs' threads share it).
+_LOG_NUMBERS = itertools.count(1)
 
 
 def _schedule(ways: list[str], runs: int, reference_runs: int) -> list[str]:
