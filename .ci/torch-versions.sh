@@ -48,7 +48,11 @@ install() {
     local version=$1 venv="$venvs/torch-$1" start pip
     start=$(date +%s)
     python3 -m venv "$venv"
-    pip=("$venv/bin/pip" --disable-pip-version-check)
+    # A machine's pip configuration may carry a constraints file that caps torch at the
+    # releases it keeps on disk (CI's machines cap it at 2.14.1, so torch==2.15.0 is
+    # "ResolutionImpossible"). This venv exists to hold another torch: lift the cap for its
+    # pip calls alone; the pinned install of .ci/run stays under the machine's configuration.
+    pip=(env PIP_CONSTRAINT=/dev/null "$venv/bin/pip" --disable-pip-version-check)
     {
         "${pip[@]}" download --quiet -d "$wheels/$version" "torch==$version" &&
             "${pip[@]}" install --quiet --no-index --find-links "$wheels/$version" "torch==$version" &&
