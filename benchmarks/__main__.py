@@ -33,7 +33,10 @@ BENCHMARKS: dict[str, str] = {
     "local-stores": "benchmarks.local_stores",
     "check-overhead": "benchmarks.check_overhead",
     "cpu-affinity": "benchmarks.cpu_affinity",
+    "gpu": "benchmarks.gpu",
 }
+#: Benchmarks that ``all`` leaves out: ``gpu`` needs an NVIDIA GPU (``.ci/gpu.sh`` runs it).
+NOT_IN_ALL = frozenset({"gpu"})
 
 #: Arguments ``all --quick`` gives a benchmark instead of ``--quick``.
 QUICK_ARGUMENTS: dict[str, list[str]] = {
@@ -69,7 +72,7 @@ def run_all(quick: bool, skip: set[str]) -> int:
     rows: list[list[str]] = []
     failed: list[str] = []
     for name, module_name in BENCHMARKS.items():
-        if name in skip:
+        if name in skip or name in NOT_IN_ALL:
             continue
         module = importlib.import_module(module_name)
         parser = argparse.ArgumentParser(prog=f"benchmarks {name}")

@@ -17,14 +17,24 @@ import pytest
 
 import accelbackends
 from accelbackends import accelerators
-from accelbackends.plugin import guard
+from accelbackends.plugin import config, guard
 from accelbackends.plugin import installed as _installed
 from accelbackends.registry import facade as _registry
 from accelbackends.testing import cluster as kit_cluster
+from accelbackends.testing import tree as kit_tree
 
 # The per-user secret file (rendezvous.membership) goes to a fresh directory, never into the
 # home of whoever runs the suite; child processes inherit it.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="accelbackends-tests-config-")
+
+#: The machine as every test not marked ``gpu`` sees it: its CPUs and no accelerator, on a GPU
+#: node too (ACCELBACKENDS_PROBE_ROOT, the package's one seam for it). Set here, before any test
+#: or fixture runs, so that every process a test starts inherits it; a test that needs a device
+#: builds a FakeTree of its own, and only tests marked ``gpu`` see the real one.
+HERMETIC_ROOT = str(
+    kit_tree.FakeTree(tempfile.mkdtemp(prefix="accelbackends-tests-host-")).host_cpus().root
+)
+os.environ[config.PROBE_ROOT] = HERMETIC_ROOT
 
 #: The accelerators the package declares itself (cpu, cuda, hpu, xpu), sorted.
 BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)
@@ -60,13 +70,18 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, cache_home: Path) -> Iterator[None]:
-    """Every test starts without launcher or ACCELBACKENDS_* variables and a fresh registry."""
+def clean_environment(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> Iterator[None]:
+    """Every test starts without launcher or ACCELBACKENDS_* variables and a fresh registry,
+    and sees the machine without accelerators unless it is marked ``gpu``."""
     monkeypatch.setattr(_registry, "_entry_points", _entry_points_of_this_test)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     for key in list(os.environ):
         if key.startswith(_LAUNCHER_PREFIXES) or key in _LAUNCHER_VARS:
             monkeypatch.delenv(key)
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv(config.PROBE_ROOT, HERMETIC_ROOT)
     accelbackends.destroy()
     accelbackends.reset()
     yield

@@ -260,8 +260,11 @@ def test_binding_refuses_a_malformed_cuda_visible_devices() -> None:
         cuda.SPEC.bind(request)
 
 
-def test_binding_without_a_visible_gpu_names_the_variable() -> None:
-    # This CPU build of torch shows no GPU.
+def test_binding_without_a_visible_gpu_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch shows no GPU (injected: on a GPU node the real torch would show one).
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     request = BindRequest(0, 1, _cluster(), {"CUDA_VISIBLE_DEVICES": "0"})
     with pytest.raises(
         ConfigError, match=r"CUDA_VISIBLE_DEVICES='0' lists 1 GPUs but CUDA shows 0"
@@ -269,7 +272,11 @@ def test_binding_without_a_visible_gpu_names_the_variable() -> None:
         cuda.SPEC.bind(request)
 
 
-def test_deep_check_on_a_cpu_torch_says_torch_disagrees() -> None:
+def test_deep_check_on_a_cpu_torch_says_torch_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch sees no GPU (injected, as on this CPU build; a GPU node's torch would see one).
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cuda.SPEC.confirm is not None
     disagreement = cuda.SPEC.confirm()
     assert disagreement is not None

@@ -146,15 +146,27 @@ def _cgroup_cpuset(probe: Probe) -> tuple[frozenset[int] | None, str]:
     return None, ""
 
 
+def _own_process(probe: Probe) -> bool:
+    """Does the probe see this process itself: the real root, or a tree whose ``/proc/self``
+    is this process's (``FakeTree.host_cpus``, a test suite's hermetic root)?"""
+    if probe.root == Path("/"):
+        return True
+    try:
+        return probe.path("/proc/self").resolve() == Path("/proc/self").resolve()
+    except OSError:
+        return False
+
+
 def allowed_cpus(probe: Probe, online: frozenset[int] | None = None) -> tuple[frozenset[int], str]:
     """The CPUs this process may use and what said so: its affinity mask (the scheduler's or
     a launcher's narrowing included), intersected with its cgroup's cpuset.
 
-    On the real root the mask is ``os.sched_getaffinity``; under a fake root it is
+    On the real root (or a tree linking this process's ``/proc/self``) the mask is
+    ``os.sched_getaffinity``; under a fake root it is
     ``Cpus_allowed_list`` of the tree's ``/proc/self/status`` (else every online CPU)."""
     mask: frozenset[int] | None = None
     source = ""
-    if probe.root == Path("/") and hasattr(os, "sched_getaffinity"):
+    if _own_process(probe) and hasattr(os, "sched_getaffinity"):
         mask, source = frozenset(os.sched_getaffinity(0)), "the affinity mask"
         if _pinned_from is not None and mask == _pinned_from[1]:
             mask, source = _pinned_from[0], "the affinity mask before init() pinned it"

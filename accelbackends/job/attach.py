@@ -76,13 +76,24 @@ def _cluster_for_group(registry: Registry, rank: int, world_size: int) -> Cluste
     return cluster
 
 
+def _runtime_started(device_type: str) -> bool:
+    """Has this process started ``device_type``'s runtime? torch names device 0 as current on
+    any machine that has a GPU, whether or not anything chose it; a framework that made a
+    device current has started the runtime (``torch.cuda.set_device`` does). Where the runtime
+    cannot tell (no ``is_initialized``), the current device is taken as chosen."""
+    import torch
+
+    started = getattr(getattr(torch, device_type, None), "is_initialized", None)
+    return True if started is None else bool(started())
+
+
 def _framework_device(selection: Selection, local_rank: int) -> Any:
     """The device the framework made current, or the one accelbackends would bind."""
     import torch
 
     # None on a CUDA or XPU build of torch with no device present (torchcompat says how).
     current = torchcompat.current_accelerator_device()
-    if current is not None:
+    if current is not None and _runtime_started(current.type):
         return current
     if selection.accelerator == "cpu":
         return torch.device("cpu")
@@ -105,7 +116,9 @@ def attach(
 
     Args:
         device: The device the framework trains on (e.g. `accelerator.device`,
-            `fabric.device`); default: torch's current accelerator device, else CPU.
+            `fabric.device`); default: torch's current accelerator device where this process
+            has started that device's runtime (a framework made it current), else the device
+            accelbackends would bind.
         accelerator: Compare with this accelerator instead of the selection's
             (`ACCELBACKENDS_ACCELERATOR`).
         backend: Compare with this backend instead of the selection's

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from .errors import ConfigError
 
@@ -29,6 +30,7 @@ __all__ = [
     "PLUGINS",
     "PLUGIN_TIMEOUT",
     "PREFIX",
+    "PROBE_ROOT",
     "RENDEZVOUS_TIMEOUT",
     "SECRET",
     "SHARE_DEVICES",
@@ -36,12 +38,14 @@ __all__ = [
     "TIMEOUT",
     "overrides",
     "parse_bool",
+    "parse_probe_root",
     "parse_int",
     "parse_name_list",
     "parse_seconds",
     "read_bool",
     "read_name",
     "read_name_list",
+    "read_probe_root",
     "read_seconds",
     "shown",
     "unknown",
@@ -63,6 +67,7 @@ SECRET = PREFIX + "SECRET"
 PLUGIN_TIMEOUT = PREFIX + "PLUGIN_TIMEOUT"
 CPU_AFFINITY = PREFIX + "CPU_AFFINITY"
 STANDALONE = PREFIX + "STANDALONE"
+PROBE_ROOT = PREFIX + "PROBE_ROOT"
 
 #: Every variable the package reads, with a one-line meaning. Modules take the names from here,
 #: and a test checks this table against the reference docs.
@@ -81,6 +86,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     PLUGIN_TIMEOUT: "seconds a probe or a third-party plugin's import or hook may take (10)",
     CPU_AFFINITY: "off, numa, exclusive or on: pin each local rank to CPUs near its device",
     STANDALONE: "1: a world smaller than the scheduler's allocation is meant (no cross-check)",
+    PROBE_ROOT: "the directory the probes read /sys, /proc and /dev under instead of / (tests)",
 }
 
 #: The range of a number of seconds: below a millisecond torch rounds a timeout to zero (no wait
@@ -228,6 +234,27 @@ _NVML_WORDS = frozenset({"auto", "on", "off"}) | _TRUE | _FALSE
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
+def parse_probe_root(value: str, *, source: str) -> Path:
+    """An existing directory, given as an absolute path: the root the probes read under."""
+    path = Path(value.strip())
+    if not path.is_absolute() or not path.is_dir():
+        raise ConfigError(
+            f"{source}={shown(value)} is not valid; use the absolute path of an existing "
+            "directory (a fake machine's root, e.g. accelbackends.testing.FakeTree's), or unset "
+            "it to probe the real machine under /"
+        )
+    return path
+
+
+def read_probe_root(env: Mapping[str, str]) -> Path:
+    """Where detection and the CPU-affinity plan read the machine: `PROBE_ROOT`, else ``/``.
+
+    The one seam that keeps a test suite hermetic: pointed at a tree without accelerators, no
+    probe (and so no selection) sees the machine's real GPUs, in the process and its children."""
+    value = _get(env, PROBE_ROOT)
+    return Path("/") if value is None else parse_probe_root(value, source=PROBE_ROOT)
+
+
 def _check_nvml(value: str, *, source: str) -> None:
     word = value.strip()
     if word.lower() not in _NVML_WORDS and not _MODULE.match(word):
@@ -266,6 +293,7 @@ def validate(env: Mapping[str, str]) -> dict[str, str]:
         EAGER_INIT: parse_bool,
         STANDALONE: parse_bool,
         NVML: _check_nvml,
+        PROBE_ROOT: parse_probe_root,
     }
     problems: dict[str, str] = {}
     for name, check in checks.items():

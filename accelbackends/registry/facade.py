@@ -140,7 +140,8 @@ class Registry:
     Args:
         env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
             (``os.environ`` itself by default, read live).
-        root: The filesystem root that detection probes look under (``/`` by default).
+        root: The filesystem root that detection probes look under (default:
+            ``ACCELBACKENDS_PROBE_ROOT``, else ``/``).
         detect_timeout: Seconds a probe, a third-party plugin's import or declaration, or the
             cluster-environment and selection hooks may take before they count as failed
             (default: ``ACCELBACKENDS_PLUGIN_TIMEOUT``, else 10).
@@ -152,12 +153,12 @@ class Registry:
         self,
         env: Mapping[str, str] | None = None,
         *,
-        root: str | os.PathLike[str] = "/",
+        root: str | os.PathLike[str] | None = None,
         plugins: Iterable[tuple[str, object]] = (),
         detect_timeout: float | None = None,
     ) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
-        self.root = Path(root)
+        self.root = config.read_probe_root(self.env) if root is None else Path(root)
         if detect_timeout is None:
             detect_timeout = config.read_seconds(self.env, config.PLUGIN_TIMEOUT) or DETECT_TIMEOUT
         self.detect_timeout = detect_timeout

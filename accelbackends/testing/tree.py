@@ -215,6 +215,21 @@ class FakeTree:
             self.write(f"{device}/local_cpulist", node.read_text(encoding="utf-8"))
         return self
 
+    # -- the real machine's CPUs -------------------------------------------------------------
+
+    def host_cpus(self) -> FakeTree:
+        """This machine's CPUs and nothing else: links to the real ``/proc/self``,
+        ``/sys/devices/system/cpu``, ``/sys/devices/system/node`` and ``/sys/fs/cgroup``, so
+        that CPU affinity plans as it would here while no accelerator probe finds a device.
+
+        A test suite that points ``ACCELBACKENDS_PROBE_ROOT`` at such a tree is hermetic: on a
+        GPU node too, its tests and the ranks they start see only the CPU, unless a test adds a
+        fake device to a tree of its own."""
+        for absolute in _HOST_CPU_FACTS:
+            if os.path.exists(absolute):
+                self.link(absolute, absolute)
+        return self
+
     # -- probes ----------------------------------------------------------------------------
 
     def probe(
@@ -227,6 +242,16 @@ class FakeTree:
             root=self.root,
             packages=None if packages is None else tuple(str(p) for p in packages),
         )
+
+
+#: What CPU affinity reads of the machine (job.affinity): the process's mask and cgroup, the CPU
+#: topology and the NUMA nodes. Nothing here names an accelerator.
+_HOST_CPU_FACTS = (
+    "/proc/self",
+    "/sys/devices/system/cpu",
+    "/sys/devices/system/node",
+    "/sys/fs/cgroup",
+)
 
 
 def _cpulist(cpus: Iterable[int]) -> str:

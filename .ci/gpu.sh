@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU lane: on any machine with an NVIDIA GPU and a CUDA build of torch already installed,
+# install the package (and its test extra) beside that torch, then run, each under its own time
+# limit: tests/gpu, the whole suite (hermetic: only tests marked gpu see the device),
+# `accelbackends check`, the refusal of ranks sharing a GPU over NCCL, and the GPU benchmark
+# (python -m benchmarks gpu). It writes one summary (summary.json and summary.md, with the row
+# docs/hardware.md keeps) to $ACCELBACKENDS_GPU_OUT (default benchmarks/results/gpu-lane).
+# About 8 minutes on one GPU. CI does not run it: CI's machines have no GPU.
+#
+# Usage: .ci/gpu.sh                 (PYTHON=... picks the interpreter that holds the CUDA torch)
+# On a node without a package index, point pip at a folder of wheels for the build backend
+# (hatchling and what it needs) the usual way: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR .ci/gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+started=$SECONDS
+
+python=${PYTHON:-python3}
+out=${ACCELBACKENDS_GPU_OUT:-benchmarks/results/gpu-lane}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "gpu lane: $python's torch sees no CUDA GPU; this lane needs one (and a CUDA torch)" >&2
+    exit 2
+fi
+
+# A venv that sees the machine's own packages (its CUDA torch above all), with the package
+# installed editable into it: nothing of the machine's environment is changed.
+step() {
+    local name=$1 limit=$2 began=$SECONDS status=0
+    shift 2
+    echo "gpu lane: $name" >&2
+    timeout --kill-after 10 "$limit" "$@" >"$out/$name.log" 2>&1 || status=$?
+    echo "$name $status $((SECONDS - began))" >>"$out/steps"
+    echo "gpu lane: $name: exit $status in $((SECONDS - began)) s" >&2
+    return 0
+}
+: >"$out/steps"
+"$python" -m venv --system-site-packages "$work/venv"
+py=$work/venv/bin/python
+step install 300 "$py" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+if ! grep -q '^install 0 ' "$out/steps"; then
+    cat "$out/install.log" >&2
+    exit 1
+fi
+step facts 60 "$py" -c '
+import json, os, subprocess, torch
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                      "--format=csv,noheader"], capture_output=True, text=True).stdout
+name, driver, memory = [x.strip() for x in smi.splitlines()[0].split(",")]
+print(json.dumps({"gpu": name, "gpus": torch.cuda.device_count(), "driver": driver,
+                  "memory": memory, "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                  "cores": len(os.sched_getaffinity(0))}))'
+
+# xdist, where the machine has it, runs the suite on every core (each worker its own ports and
+# temporary directories); the suite runs one test at a time without it.
+parallel=()
+if "$py" -c 'import xdist' 2>/dev/null; then
+    parallel=(-n "$(($(nproc) > 8 ? 8 : $(nproc)))")
+fi
+step gpu-tests 150 "$py" -m pytest -p no:cacheprovider -q -rs tests/gpu --junitxml "$out/gpu-tests.xml"
+step suite 330 "$py" -m pytest -p no:cacheprovider -q -rfE "${parallel[@]}" --junitxml "$out/suite.xml"
+step check 120 "$work/venv/bin/accelbackends" check
+step check-json 120 "$work/venv/bin/accelbackends" check --json
+# Two ranks on one GPU over NCCL: refused before any process group where NCCL forbids it.
+if [ "$("$py" -c 'import torch; print(torch.cuda.device_count())')" = 1 ]; then
+    ACCELBACKENDS_SHARE_DEVICES=1 step shared-gpu 120 "$work/venv/bin/accelbackends" check --nproc 2 --quick
+fi
+step benchmark 300 "$py" -m benchmarks gpu --out "$out/benchmark.json"
+
+"$py" .ci/gpu_summary.py "$out" "$((SECONDS - started))"
