@@ -11,7 +11,7 @@ accelerator supports.
 from __future__ import annotations
 
 from ..plugin import config
-from ..plugin.errors import PluginError, SelectionError
+from ..plugin.errors import ConfigError, PluginError, SelectionError
 from ..plugin.text import did_you_mean
 from ..plugin.types import AcceleratorStatus, Selection
 from ..registry.facade import Registry, default_registry
@@ -101,6 +101,14 @@ def select(
             )
         name, reason = choice.accelerator, choice.reason
 
+    refusal = by_name[name].detection.refusal
+    if refusal:
+        # The devices are here but init() cannot use them as configured: an error, never a
+        # fall back to the next accelerator.
+        raise ConfigError(
+            f"accelerator {name!r} ({reason}) is refused: {refusal}; or choose another "
+            f"accelerator with {config.ACCELERATOR}"
+        )
     spec = by_name[name].spec
     chosen_backend, backend_source = _requested(
         backend, "backend", config.read_name(registry.env, config.BACKEND), config.BACKEND

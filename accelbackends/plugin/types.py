@@ -75,11 +75,17 @@ class Detection:
         device_count: How many devices of it this process can see (0 when unavailable).
         reason: For a human: *why* it is available or not (`"2 GPUs visible"`,
             `"no /dev/nvidia* device nodes"`).
+        refusal: Why `init()` will refuse the accelerator although its devices are here (a
+            visible-devices variable it cannot honour: `"CUDA_VISIBLE_DEVICES='0,0' lists '0'
+            twice; …"`), or `""`. Such an accelerator stays available, so that selecting it is
+            this error rather than a silent fall back to another accelerator; `select()`
+            raises it where the accelerator is chosen, and `info` shows it.
     """
 
     available: bool
     device_count: int = 0
     reason: str = ""
+    refusal: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.available, bool):
@@ -94,6 +100,13 @@ class Detection:
             )
         if not isinstance(self.reason, str):
             raise TypeError(f"Detection.reason must be a str, not {self.reason!r}")
+        if not isinstance(self.refusal, str):
+            raise TypeError(f"Detection.refusal must be a str, not {self.refusal!r}")
+        if self.refusal and not self.available:
+            raise TypeError(
+                "Detection.refusal is for an available accelerator that init() will refuse; "
+                "an unavailable one says why in its reason"
+            )
 
 
 @dataclass(frozen=True)
