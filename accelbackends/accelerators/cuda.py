@@ -449,7 +449,7 @@ def nccl_options(
     eager = eager_init(request.env, torch_version, binds_at_creation=binds)
     if binds and not eager and device_count:
         _refuse_another_gpu(request, torch_version, device_count)
-    env_defaults = {}
+    env_defaults: dict[str, str] = {}
     if device_count and shared_gpus_planned(
         local_world_size=request.cluster.local_world_size,
         count=device_count,

@@ -432,6 +432,10 @@ class Selection:
         reason: Why this accelerator (an argument, a variable, a plugin's policy, the priority).
         backend_reason: Why this backend.
         candidates: Every declared accelerator with its verdict, sorted by name.
+        process_group_backend: The process group's string the user gave instead of a backend
+            name (`"cpu:gloo,cuda:nccl"`, what `torch.distributed.get_backend()` prints), passed
+            to `init_process_group` as given; None where a backend name was given, and the
+            accelerator's backend options make the string.
     """
 
     accelerator: str
@@ -439,6 +443,7 @@ class Selection:
     reason: str
     backend_reason: str
     candidates: tuple[AcceleratorStatus, ...]
+    process_group_backend: str | None = None
 
     @property
     def status(self) -> AcceleratorStatus:
