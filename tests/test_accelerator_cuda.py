@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from accelbackends import Registry, select
 from accelbackends.accelerators import cuda, xpu
 from accelbackends.accelerators._nvml import NVML
-from accelbackends.plugin.errors import ConfigError, InitError
+from accelbackends.plugin.errors import ConfigError, InitError, SelectionError, first_line
+from accelbackends.plugin.packages import Installed, TorchBuild
 from accelbackends.plugin.types import (
     AcceleratorStatus,
     BindRequest,
@@ -324,3 +329,250 @@ def test_nccl_on_a_torch_without_nccl_says_how_to_fall_back(
     assert cuda.SPEC.backend_options is not None
     with pytest.raises(InitError, match="built without NCCL; use ACCELBACKENDS_BACKEND=gloo"):
         cuda.SPEC.backend_options(_options())
+
+
+# -- ranks sharing a GPU over NCCL -----------------------------------------------------------
+
+SHARE = {"ACCELBACKENDS_SHARE_DEVICES": "1"}
+
+
+def _shared_options(env: dict[str, str], ranks: int = 2) -> OptionsRequest:
+    return OptionsRequest(
+        "nccl", "cuda:0", timedelta(seconds=60), _cluster(0, ranks), {**SHARE, **env}
+    )
+
+
+def test_ranks_sharing_a_gpu_below_nccl_2_30_are_refused_with_the_ways_out() -> None:
+    with pytest.raises(ConfigError) as refused:
+        cuda.nccl_options(_shared_options({}), "2.11.0+cu130", 1, nccl_version="2.28.9")
+    message = str(refused.value)
+    assert "ACCELBACKENDS_SHARE_DEVICES=1 puts 2 local ranks on 1 GPU" in message
+    assert "NCCL 2.28.9 (torch.cuda.nccl.version()) allows one rank of a communicator per GPU" in (
+        message
+    )
+    assert '"Duplicate GPU detected"' in message and "NCCL_MULTI_RANK_GPU_ENABLE=1" in message
+    assert "use ACCELBACKENDS_BACKEND=gloo, start at most 1 rank per node, or make more GPUs" in (
+        message
+    )
+
+
+def test_ranks_sharing_a_gpu_from_nccl_2_30_get_multi_rank_gpu_and_never_nvls() -> None:
+    options = cuda.nccl_options(_shared_options({}), "2.15.0+cu130", 1, nccl_version="2.30.7")
+    assert options.env_defaults == {
+        cuda.MULTI_RANK_GPU: "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    }
+    assert cuda.NVLS not in options.env_defaults
+    # A value the user set is kept, not overwritten.
+    kept = cuda.nccl_options(
+        _shared_options({cuda.MULTI_RANK_GPU: "1"}), "2.15.0", 1, nccl_version="2.30.7"
+    )
+    assert cuda.MULTI_RANK_GPU not in kept.env_defaults
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({cuda.MULTI_RANK_GPU: "0"}, "NCCL_MULTI_RANK_GPU_ENABLE=0 forbids NCCL 2.30.7"),
+        ({cuda.MULTI_RANK_GPU: "yes"}, "NCCL_MULTI_RANK_GPU_ENABLE='yes' is not valid"),
+        ({cuda.NVLS: "1"}, "NCCL_NVLS_ENABLE='1' forces NVLS, which NCCL 2.31.2 aborts"),
+    ],
+)
+def test_a_users_nccl_variable_that_forbids_sharing_is_respected_and_refused(
+    env: dict[str, str], expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        cuda.nccl_options(_shared_options(env), "2.15.0+cu130", 1, nccl_version="2.30.7")
+
+
+def test_rccl_refuses_ranks_sharing_a_gpu_whatever_its_version() -> None:
+    with pytest.raises(ConfigError, match=r"but RCCL 2\.30\.1 .* allows one rank"):
+        cuda.nccl_options(_shared_options({}), "2.9.1+rocm6.4", 1, nccl_version="2.30.1", rocm=True)
+
+
+def test_ranks_with_a_gpu_each_or_over_gloo_are_not_sharing() -> None:
+    # One GPU per rank: nothing shared, whatever NCCL's version.
+    own = cuda.nccl_options(_shared_options({}), "2.11.0", 2, nccl_version="2.28.9")
+    assert cuda.MULTI_RANK_GPU not in own.env_defaults
+    # The launcher gives each rank its own GPU (srun --gpus-per-task=1): not sharing either.
+    per_rank = _shared_options({"CUDA_VISIBLE_DEVICES": "3"})
+    assert cuda.nccl_options(per_rank, "2.11.0", 1, nccl_version="2.28.9").backend
+    assert cuda.SPEC.backend_options is not None
+    assert (
+        cuda.SPEC.backend_options(dataclasses.replace(_shared_options({}), backend="gloo")).backend
+        == "gloo"
+    )
+
+
+def test_the_plugin_asks_torch_for_ncclss_version_before_the_rendezvous(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plugin's own options callable, with torch's answers injected: the refusal comes from
+    torch.cuda.nccl.version(), in the options step that runs before the rendezvous."""
+    import torch
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 28, 9))
+    assert cuda.SPEC.backend_options is not None
+    with pytest.raises(ConfigError, match=r"NCCL 2\.28\.9 \(torch\.cuda\.nccl\.version\(\)\)"):
+        cuda.SPEC.backend_options(_shared_options({}))
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 30, 7))
+    options = cuda.SPEC.backend_options(_shared_options({}))
+    assert options.env_defaults[cuda.MULTI_RANK_GPU] == "1"
+
+
+def test_ncclss_version_codes_read_as_text() -> None:
+    assert cuda.nccl_version((2, 28, 9)) == "2.28.9"
+    assert cuda.nccl_version(2708) == "2.7.8"
+    assert cuda.nccl_version(22809) == "2.28.9"
+
+
+def test_torchs_nccl_error_keeps_ncclss_last_error_line() -> None:
+    error = RuntimeError(
+        "NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3690, invalid "
+        "usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "Last error:\n"
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60\n"
+    )
+    line = first_line(error)
+    assert "\n" not in line
+    assert line.startswith("NCCL error in: ")
+    assert "ncclInvalidUsage: This usually reflects invalid usage of NCCL library; " in line
+    assert line.endswith(
+        "Last error: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"
+    )
+    assert first_line(RuntimeError("first\nsecond")) == "first"
+
+
+# -- info and select() say what init() will do ---------------------------------------------
+
+
+@pytest.fixture
+def cuda_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeTree:
+    """One NVIDIA GPU (fake NVML) and torch 2.11.0+cu130 with nvidia-nccl-cu13 2.28.9, as the
+    package metadata would say: the readers are replaced, the plugin's code is the real one."""
+    nvml.configure([FakeGpu(UUID_A)])
+    build = TorchBuild("2.11.0+cu130", cuda="13.0")
+    monkeypatch.setattr(cuda, "torch_build", lambda paths=None: build)
+    monkeypatch.setattr(
+        cuda, "nccl", lambda paths=None, version=None: Installed("nvidia-nccl-cu13", "2.28.9")
+    )
+    return FakeTree(tmp_path / "root")
+
+
+def _info(tree: FakeTree, **env: str) -> dict[str, Any]:
+    from accelbackends.cli.info import collect
+
+    return collect(Registry(env={**FAKE_NVML, **env}, root=tree.root))
+
+
+TWO_RANKS = {
+    "RANK": "0",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29555",
+    "GROUP_RANK": "0",
+    "TORCHELASTIC_RUN_ID": "test",
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        ("0,0", "CUDA_VISIBLE_DEVICES='0,0' lists '0' twice"),
+        ("0,00", "CUDA_VISIBLE_DEVICES='0,00' names GPU 0 twice ('0' and '00')"),
+        (f"{UUID_A},GPU-1111", "names GPU 0 twice"),
+        ("0,5", "'5' names no GPU on this node, so CUDA ignores it and every entry after it"),
+        ("0,one", "CUDA_VISIBLE_DEVICES='0,one' is not valid"),
+    ],
+)
+def test_info_shows_cuda_refused_where_init_refuses_the_visible_devices(
+    cuda_node: FakeTree, value: str, refusal: str
+) -> None:
+    report = _info(cuda_node, CUDA_VISIBLE_DEVICES=value)
+    (entry,) = [a for a in report["accelerators"] if a["name"] == "cuda"]
+    assert refusal in entry["refusal"]
+    assert "init() will refuse it" in entry["reason"]
+    # Not selected silently, and not a fall back to the CPU either: the same error as init().
+    assert report["selected"]["accelerator"] is None
+    assert refusal in report["selected"]["error"]
+    assert report["error_kind"] == "bad input"
+    from accelbackends.cli.info import render
+
+    rows = [line.split()[:2] for line in render(report).splitlines()]
+    assert ["cuda", "refused"] in rows
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        select(
+            registry=Registry(env={**FAKE_NVML, "CUDA_VISIBLE_DEVICES": value}, root=cuda_node.root)
+        )
+
+
+def test_info_with_a_gpu_each_selects_cuda_without_refusal(cuda_node: FakeTree) -> None:
+    report = _info(cuda_node, CUDA_VISIBLE_DEVICES="0")
+    (entry,) = [a for a in report["accelerators"] if a["name"] == "cuda"]
+    assert entry["refusal"] is None and entry["available"]
+    assert report["selected"]["accelerator"] == "cuda"
+    assert report["shared_gpus"] is None
+
+
+def test_info_says_init_refuses_ranks_sharing_a_gpu_below_nccl_2_30(cuda_node: FakeTree) -> None:
+    report = _info(cuda_node, **TWO_RANKS, **SHARE)
+    assert report["selected"]["backend"] == "nccl"
+    shared = report["shared_gpus"]
+    assert "NCCL 2.28.9 (nvidia-nccl-cu13, installed) allows one rank" in shared["error"]
+    assert shared["error"] in report["errors"] and report["error_kind"] == "bad input"
+
+
+def test_info_says_init_sets_multi_rank_gpu_from_nccl_2_30(
+    cuda_node: FakeTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        cuda, "nccl", lambda paths=None, version=None: Installed("nvidia-nccl-cu13", "2.30.7")
+    )
+    report = _info(cuda_node, **TWO_RANKS, **SHARE)
+    shared = report["shared_gpus"]
+    assert shared["error"] is None
+    assert "NCCL 2.30.7 (nvidia-nccl-cu13, installed) allows it (experimental)" in shared["note"]
+    assert (
+        "sets NCCL_MULTI_RANK_GPU_ENABLE=1 for each rank and never sets NCCL_NVLS"
+        in (shared["note"])
+    )
+    refused = _info(cuda_node, **TWO_RANKS, **SHARE, NCCL_MULTI_RANK_GPU_ENABLE="0")
+    assert "NCCL_MULTI_RANK_GPU_ENABLE=0 forbids" in refused["shared_gpus"]["error"]
+
+
+def test_info_without_an_nccl_wheel_says_init_asks_torch(
+    cuda_node: FakeTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cuda, "nccl", lambda paths=None, version=None: None)
+    shared = _info(cuda_node, **TWO_RANKS, **SHARE)["shared_gpus"]
+    assert shared["error"] is None
+    assert "init() asks torch.cuda.nccl.version() and refuses below 2.30" in shared["note"]
+
+
+# -- the process group's string as the backend ---------------------------------------------
+
+
+def test_the_process_group_string_selects_its_backend_for_cuda(cuda_node: FakeTree) -> None:
+    env = {**FAKE_NVML, "ACCELBACKENDS_BACKEND": "cpu:gloo,cuda:nccl"}
+    selection = select(registry=Registry(env=env, root=cuda_node.root))
+    assert (selection.accelerator, selection.backend) == ("cuda", "nccl")
+    assert selection.process_group_backend == "cpu:gloo,cuda:nccl"
+
+
+def test_a_process_group_string_for_another_device_names_the_backend_to_give(
+    cuda_node: FakeTree,
+) -> None:
+    env = {**FAKE_NVML, "ACCELBACKENDS_BACKEND": "cpu:gloo,xpu:xccl"}
+    with pytest.raises(SelectionError) as refused:
+        select(registry=Registry(env=env, root=cuda_node.root))
+    assert str(refused.value).startswith(
+        "ACCELBACKENDS_BACKEND=cpu:gloo,xpu:xccl names device xpu but the selected accelerator "
+        "is 'cuda' (device cuda); give 'nccl'"
+    )

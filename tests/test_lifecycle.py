@@ -412,3 +412,14 @@ def test_config_error_from_the_options_hook_stays_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"site.toml: min_timeout='soon'"):
         accelbackends.init(registry=registry)
     assert not dist.is_initialized()
+
+
+def test_the_process_group_string_as_backend_is_passed_to_torch_as_given() -> None:
+    ctx = accelbackends.init(backend="cpu:gloo")
+    assert (ctx.backend, ctx.process_group_backend) == ("gloo", "cpu:gloo")
+    tensor = torch.tensor([2.0])
+    dist.all_reduce(tensor)
+    assert tensor.item() == 2.0
+    # The same string again is the same call, not an incompatible one.
+    assert accelbackends.init(backend="cpu:gloo") is ctx
+    assert accelbackends.init(backend="gloo") is ctx

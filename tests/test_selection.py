@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -9,7 +10,8 @@ import pytest
 from conftest import CPU_ONLY, AcceleratorPlugin, fake_accelerator
 
 import accelbackends
-from accelbackends import Choice, PluginError, Registry, SelectionError
+from accelbackends import Choice, ConfigError, PluginError, Registry, SelectionError
+from accelbackends.testing import fake_accelerator as kit_fake_accelerator
 
 
 def _registry(
@@ -196,3 +198,37 @@ def test_import_detect_and_select_do_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert "HEAVY []" in result.stdout
+
+
+def test_the_cpu_accelerator_refuses_a_process_group_string_for_a_gpu() -> None:
+    registry = Registry(env={**CPU_ONLY, "ACCELBACKENDS_BACKEND": "cpu:gloo,cuda:nccl"})
+    with pytest.raises(
+        SelectionError,
+        match=r"^ACCELBACKENDS_BACKEND=cpu:gloo,cuda:nccl names device cuda but the selected "
+        r"accelerator is 'cpu' \(device cpu\); give 'gloo'",
+    ):
+        accelbackends.select(registry=registry)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("cpu:gloo,cpu:gloo", "one 'device:backend' pair per device"),
+        ("cpu:", "one 'device:backend' pair per device"),
+        ("cpu:glo", "backend 'glo' for device cpu is not supported by accelerator 'cpu'"),
+    ],
+)
+def test_a_malformed_process_group_string_is_refused_naming_it(value: str, expected: str) -> None:
+    with pytest.raises(SelectionError, match=re.escape(expected)) as refused:
+        accelbackends.select(backend=value, registry=Registry(env=CPU_ONLY))
+    assert str(refused.value).startswith(f"backend={value!r}")
+
+
+def test_a_refused_accelerator_is_an_error_not_a_fall_back_to_the_next() -> None:
+    registry = _registry(
+        kit_fake_accelerator("gpuish", priority=100, refusal="GPUISH_VISIBLE='0,0' lists '0' twice")
+    )
+    with pytest.raises(ConfigError, match=r"accelerator 'gpuish' \(.*\) is refused: GPUISH"):
+        accelbackends.select(registry=registry)
+    # Asked for another accelerator, the refused one does not matter.
+    assert accelbackends.select("cpu", registry=registry).accelerator == "cpu"

@@ -29,21 +29,35 @@ from ..plugin import (
     sysfs,
     torchcompat,
 )
-from ..plugin.devices import Visible, cuda_visible, device_index, rocm_visible
+from ..plugin.devices import (
+    SHARE_DEVICES,
+    Visible,
+    cuda_visible,
+    device_index,
+    rocm_visible,
+    shares_devices,
+)
 from ..plugin.locality import pci_locality, visible_localities
-from ..plugin.packages import TorchBuild, torch_build
+from ..plugin.packages import TorchBuild, nccl, torch_build
 from ..plugin.text import plural
 from ._nvml import Gpu, NvmlReport, query
 
 __all__ = [
     "EAGER_INIT",
     "EAGER_INIT_SAFE_FROM",
+    "MULTI_RANK_GPU",
+    "MULTI_RANK_GPU_FROM",
+    "NVLS",
     "PRIORITY",
     "SPEC",
     "Hardware",
     "eager_init",
     "find_hardware",
     "nccl_options",
+    "nccl_version",
+    "shared_gpus",
+    "shared_gpus_note",
+    "shared_gpus_planned",
     "verdict",
 ]
 
@@ -67,6 +81,15 @@ _DEVICE_ID_FROM = (2, 3)
 #: default from 2.2 (ProcessGroupNCCL.cpp); setting it keeps that behaviour fixed across releases.
 _ERROR_HANDLING_VARIABLES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 _ERROR_HANDLING_DEFAULT = "3"
+
+#: NCCL refuses two ranks of one communicator on one GPU from 2.5 to 2.29: each rank fails at
+#: its first collective with ncclInvalidUsage, "Duplicate GPU detected : rank 0 and rank 1 both
+#: on CUDA device …". NCCL 2.30 allows it where this variable is 1 (experimental,
+#: NVIDIA/nccl#1716); accelbackends sets it for ranks it makes share a GPU, unless the user set it.
+MULTI_RANK_GPU = "NCCL_MULTI_RANK_GPU_ENABLE"
+MULTI_RANK_GPU_FROM = (2, 30)
+#: NVLS forced on a shared GPU aborts NCCL 2.31.2: never set here, refused where the user forces it.
+NVLS = "NCCL_NVLS_ENABLE"
 
 _AMD_VENDOR = "0x1002"
 _PCI_ADDRESS = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
@@ -130,34 +153,60 @@ def find_hardware(probe: Probe) -> Hardware:
     return Hardware(nvidia, source, gpus, note, amd, amd_note)
 
 
-def _matches(entry: str, gpus: Sequence[Gpu]) -> bool:
-    """Does a CUDA_VISIBLE_DEVICES UUID entry (a unique prefix is enough) name one GPU?"""
+def _named(entry: str, gpus: Sequence[Gpu]) -> int | None:
+    """The index of the one GPU a CUDA_VISIBLE_DEVICES UUID entry names (a unique prefix is
+    enough; a MIG entry names its parent GPU), or None."""
     if entry.startswith("MIG-"):
-        return sum(uuid.startswith(entry) for gpu in gpus for uuid in gpu.mig) == 1 or any(
-            entry.startswith(f"MIG-{gpu.uuid}") for gpu in gpus
-        )
-    return sum(gpu.uuid.startswith(entry) for gpu in gpus) == 1
+        migs = [
+            index for index, gpu in enumerate(gpus) for uuid in gpu.mig if uuid.startswith(entry)
+        ]
+        if len(migs) == 1:
+            return migs[0]
+        found = {index for index, gpu in enumerate(gpus) if entry.startswith(f"MIG-{gpu.uuid}")}
+    else:
+        found = {index for index, gpu in enumerate(gpus) if gpu.uuid.startswith(entry)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _visible_count(
-    visible: Visible, physical: int, gpus: tuple[Gpu, ...] | None
-) -> tuple[int, str]:
-    """How many GPUs CUDA will show, and what in the variable hides some of them.
+    visible: Visible, physical: int, gpus: tuple[Gpu, ...] | None, runtime: str = "CUDA"
+) -> tuple[int, str, str]:
+    """How many GPUs the runtime will show, what in the variable hides some of them, and why
+    ``init()`` will refuse the variable (or ``""``).
 
-    CUDA reads the list up to the first entry that names no GPU and ignores the rest."""
+    The runtime reads the list up to the first entry that names no GPU and ignores the rest;
+    ``init()`` refuses that where it leaves fewer GPUs than the variable lists. Two entries
+    naming one GPU (``0,00``, a UUID and its prefix) leave CUDA no GPU at all
+    (``cudaGetDeviceCount`` fails with error 101, as for ``0,0``)."""
     if not visible.restricted:
-        return physical, ""
+        return physical, "", ""
+    seen: dict[int, str] = {}
     for position, entry in enumerate(visible.entries):
         if entry.isdigit():
+            index: int | None = int(entry)
             missing = int(entry) >= physical
         else:
-            missing = gpus is not None and not _matches(entry, gpus)
+            index = None if gpus is None else _named(entry, gpus)
+            missing = gpus is not None and index is None
         if missing:
-            return min(position, visible.limit or position), (
-                f"{visible.describe()}: {entry!r} names no GPU on this node, so CUDA ignores it "
-                "and every entry after it"
+            shown = min(position, visible.limit or position)
+            problem = (
+                f"{visible.describe()}: {entry!r} names no GPU on this node, so {runtime} "
+                "ignores it and every entry after it"
             )
-    return visible.count(physical), ""
+            refusal = ""
+            if shown < visible.count(physical):
+                refusal = f"{problem}; list only GPUs this node has"
+            return shown, problem, refusal
+        if index is not None and index in seen and visible.limit is None:
+            refusal = (
+                f"{visible.describe()} names GPU {index} twice ({seen[index]!r} and {entry!r}), "
+                f"and then {runtime} shows no GPU at all; list each GPU once"
+            )
+            return 0, refusal, refusal
+        if index is not None:
+            seen[index] = entry
+    return visible.count(physical), "", ""
 
 
 def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]) -> Detection:
@@ -202,10 +251,14 @@ def verdict(hardware: Hardware, build: TorchBuild | None, env: Mapping[str, str]
     try:
         visible = rocm_visible(env) if rocm else cuda_visible(env)
     except ConfigError as exc:
-        # Still available: init() refuses the variable with this message rather than falling
-        # back to the CPU in silence.
-        return Detection(True, count, f"{here}; but {exc} (init() will refuse it)")
-    shown, problem = _visible_count(visible, count, None if rocm else hardware.nvidia_gpus)
+        # Still available, with the refusal: selecting cuda is this error (in init() and in
+        # info alike) rather than a silent fall back to the CPU.
+        return Detection(True, count, f"{here}; init() will refuse it: {exc}", refusal=str(exc))
+    shown, problem, refusal = _visible_count(
+        visible, count, None if rocm else hardware.nvidia_gpus, "HIP" if rocm else "CUDA"
+    )
+    if refusal:
+        return Detection(True, shown, f"{here}; init() will refuse it: {refusal}", refusal=refusal)
     if visible.restricted and not shown and not problem:
         hidden = _count(count, f"{vendor} GPU")
         return Detection(False, 0, f"{visible.describe()} hides all {hidden}")
@@ -333,8 +386,47 @@ def _index(device: Any) -> int:
     return int(device.index or 0)
 
 
+def shared_gpus_note(
+    backend: str,
+    *,
+    local_world_size: int,
+    count: int,
+    env: Mapping[str, str],
+    paths: Sequence[str] | None = None,
+) -> str | None:
+    """For ``info``: what `shared_gpus` will decide in ``init()``, from the installed NCCL wheel
+    (read without importing torch), or None where the ranks will not share GPUs over NCCL.
+
+    Raises:
+        ConfigError: Where ``init()`` will refuse it.
+    """
+    if backend not in torchcompat.NCCL_BACKENDS:
+        return None
+    build = torch_build(paths)
+    rocm = build is not None and build.hip is not None
+    if not shared_gpus_planned(local_world_size=local_world_size, count=count, env=env, rocm=rocm):
+        return None
+    wheel = None if rocm else nccl(paths, build.cuda if build is not None else None)
+    _, note = shared_gpus(
+        ranks=local_world_size,
+        gpus=count,
+        version=wheel.version if wheel is not None else None,
+        source=(
+            f"{build}'s" if rocm else f"{wheel.name}, installed" if wheel else "no nvidia-nccl-cu*"
+        ),
+        env=env,
+        rocm=rocm,
+    )
+    return note
+
+
 def nccl_options(
-    request: OptionsRequest, torch_version: str, device_count: int | None = None
+    request: OptionsRequest,
+    torch_version: str,
+    device_count: int | None = None,
+    *,
+    nccl_version: str | None = None,
+    rocm: bool = False,
 ) -> BackendOptions:
     """What ``init_process_group`` gets for NCCL with torch ``torch_version``.
 
@@ -342,6 +434,10 @@ def nccl_options(
     ``ProcessGroupNCCL2``), the device accelbackends bound goes with it as ``device_id``;
     with `EAGER_INIT` ``=0`` the GPU torch would pick instead (from ``LOCAL_RANK``, else the
     global rank, modulo ``device_count``) must be the bound one, or this is an error.
+
+    Where this node's ranks share its ``device_count`` GPUs (`SHARE_DEVICES`), NCCL
+    ``nccl_version`` (``torch.cuda.nccl.version()``) must allow it (`shared_gpus`): refused
+    here, before the rendezvous, where it does not.
     """
     problem = torchcompat.nccl_backend_problem(request.backend, torch_version)
     if problem is not None:
@@ -353,7 +449,21 @@ def nccl_options(
     eager = eager_init(request.env, torch_version, binds_at_creation=binds)
     if binds and not eager and device_count:
         _refuse_another_gpu(request, torch_version, device_count)
-    env_defaults = {}
+    env_defaults: dict[str, str] = {}
+    if device_count and shared_gpus_planned(
+        local_world_size=request.cluster.local_world_size,
+        count=device_count,
+        env=request.env,
+        rocm=rocm,
+    ):
+        env_defaults, _ = shared_gpus(
+            ranks=request.cluster.local_world_size,
+            gpus=device_count,
+            version=nccl_version or "of unknown version",
+            source="torch.cuda.nccl.version()",
+            env=request.env,
+            rocm=rocm,
+        )
     if not any(request.env.get(name, "").strip() for name in _ERROR_HANDLING_VARIABLES):
         env_defaults[_ERROR_HANDLING_VARIABLES[0]] = _ERROR_HANDLING_DEFAULT
     return BackendOptions(
@@ -386,6 +496,103 @@ def _refuse_another_gpu(request: OptionsRequest, torch_version: str, device_coun
         )
 
 
+def nccl_version(version: object) -> str:
+    """``torch.cuda.nccl.version()`` as text: a tuple ``(2, 28, 9)`` (torch 1.13 and later), or
+    the older integer code (``2708`` for 2.7.8; ``22809`` for 2.28.9 from NCCL 2.9 on)."""
+    if isinstance(version, tuple):
+        return ".".join(str(part) for part in version[:3])
+    if isinstance(version, int):
+        major, rest = divmod(version, 10000 if version >= 20900 else 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return str(version)
+
+
+def _release(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def shared_gpus_planned(
+    *, local_world_size: int, count: int, env: Mapping[str, str], rocm: bool = False
+) -> bool:
+    """Whether this node's ``local_world_size`` ranks will share its ``count`` visible GPUs
+    (`SHARE_DEVICES`, as binding does it)."""
+    visible = rocm_visible(env) if rocm else cuda_visible(env)
+    return shares_devices(local_world_size=local_world_size, count=count, visible=visible, env=env)
+
+
+def shared_gpus(
+    *,
+    ranks: int,
+    gpus: int,
+    version: str | None,
+    source: str,
+    env: Mapping[str, str],
+    rocm: bool = False,
+) -> tuple[dict[str, str], str]:
+    """What NCCL needs for ``ranks`` local ranks to share ``gpus`` GPUs: the variables to set
+    where the user has not (`MULTI_RANK_GPU`), and a note for ``info``.
+
+    Args:
+        version: NCCL's version (``torch.cuda.nccl.version()`` in ``init()``, the installed
+            wheel in ``info``), or None where it is not known.
+        source: Where ``version`` came from, for messages.
+
+    Raises:
+        ConfigError: Where NCCL refuses it: before 2.30 (RCCL: every version), where the user
+            set `MULTI_RANK_GPU` to 0, or forces NVLS. Raised before the rendezvous, instead of
+            every rank failing at its first collective.
+    """
+    shared = f"{SHARE_DEVICES}=1 puts {ranks} local ranks on {_count(gpus, 'GPU')}"
+    ways_out = (
+        f"use {config.BACKEND}=gloo, start at most {gpus} {plural(gpus, 'rank')} per node, or "
+        "make more GPUs visible"
+    )
+    if rocm:
+        raise ConfigError(
+            f"{shared}, but RCCL{f' {version}' if version else ''} ({source}) allows one rank "
+            f"of a communicator per GPU; {ways_out}"
+        )
+    if version is None:
+        return {}, (
+            f"{shared}: NCCL's version is not known without importing torch ({source}); init() "
+            f"asks torch.cuda.nccl.version() and refuses below "
+            f"{'.'.join(map(str, MULTI_RANK_GPU_FROM))}, else sets {MULTI_RANK_GPU}=1"
+        )
+    if _release(version) < MULTI_RANK_GPU_FROM:
+        raise ConfigError(
+            f"{shared}, but NCCL {version} ({source}) allows one rank of a communicator per GPU "
+            '(each rank would fail at its first collective with ncclInvalidUsage, "Duplicate '
+            f'GPU detected"; NCCL 2.30 added {MULTI_RANK_GPU}=1 for this); {ways_out}'
+        )
+    value = env.get(MULTI_RANK_GPU, "").strip()
+    if value and not config.DIGITS.match(value):
+        raise ConfigError(
+            f"{MULTI_RANK_GPU}={config.shown(value)} is not valid: NCCL reads an integer; unset "
+            f"it or set it to 1 to let {ranks} local ranks share {_count(gpus, 'GPU')}"
+        )
+    if value and int(value) == 0:
+        raise ConfigError(
+            f"{shared}, but {MULTI_RANK_GPU}=0 forbids NCCL {version} ({source}) to put more "
+            f"than one rank of a communicator on a GPU; unset it, or {ways_out}"
+        )
+    nvls = env.get(NVLS, "").strip()
+    if nvls and nvls != "0":
+        raise ConfigError(
+            f"{shared}, but {NVLS}={config.shown(nvls)} forces NVLS, which NCCL 2.31.2 aborts "
+            f"on a shared GPU; unset {NVLS}, or {ways_out}"
+        )
+    defaults = {} if value else {MULTI_RANK_GPU: "1"}
+    how = f"keeps {MULTI_RANK_GPU}={value} as set" if value else f"sets {MULTI_RANK_GPU}=1"
+    return defaults, (
+        f"{shared}: NCCL {version} ({source}) allows it (experimental); accelbackends {how} "
+        f"for each rank and never sets {NVLS}"
+    )
+
+
 @gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
     import torch
@@ -396,7 +603,17 @@ def _backend_options(request: OptionsRequest) -> BackendOptions:
             f"torch {torch.__version__} was built without NCCL; use "
             f"{config.BACKEND}=gloo or install a CUDA or ROCm build of torch"
         )
-    return nccl_options(request, torch.__version__, torch.cuda.device_count())
+    try:
+        version: str | None = nccl_version(torch.cuda.nccl.version())
+    except Exception:  # a build whose NCCL cannot tell (shared GPUs are then refused)
+        version = None
+    return nccl_options(
+        request,
+        torch.__version__,
+        torch.cuda.device_count(),
+        nccl_version=version,
+        rocm=bool(torch.version.hip),
+    )
 
 
 SPEC = AcceleratorSpec(

@@ -96,6 +96,7 @@ def collect(
                 "backends": list(c.spec.backends),
                 "default_backend": c.spec.default_backend,
                 "reason": c.detection.reason,
+                "refusal": c.detection.refusal or None,
                 "expected_busbw_gbps": c.spec.expected_busbw_gbps,
             }
             for c in registry.detect()
@@ -174,8 +175,11 @@ def collect(
         errors.append(membership_line.removeprefix("error: "))
         bad_input.append(True)
     nccl = None
+    shared_gpus: dict[str, Any] | None = None
     if selection is not None:
         nccl = torchcompat.nccl_note(selection.backend, _installed_version("torch"), registry.env)
+        if found is not None:
+            shared_gpus = _shared_gpus(registry, selection, found, failed)
     switch = torchcompat.nccl_switch_problem(registry.env)
     if switch is not None:
         errors.append(switch)
@@ -194,6 +198,7 @@ def collect(
         "accelerators": accelerators,
         "selected": selected,
         "nccl": nccl,
+        "shared_gpus": shared_gpus,
         "cluster": cluster,
         "membership": membership_line,
         "torch": torch_section,
@@ -204,6 +209,28 @@ def collect(
         "versions": versions(),
         "platform": platform_name(),
     }
+
+
+def _shared_gpus(
+    registry: Registry, selection: Any, found: Any, failed: Any
+) -> dict[str, Any] | None:
+    """What ``init()`` will do where this node's ranks share the selected GPUs over NCCL
+    (`ACCELBACKENDS_SHARE_DEVICES`): refuse before the rendezvous (NCCL before 2.30), or set
+    ``NCCL_MULTI_RANK_GPU_ENABLE=1``; None where they do not share GPUs over NCCL."""
+    from ..accelerators import cuda
+
+    if selection.spec is not cuda.SPEC:
+        return None
+    try:
+        note = cuda.shared_gpus_note(
+            selection.backend,
+            local_world_size=found.local_world_size,
+            count=selection.status.detection.device_count,
+            env=registry.env,
+        )
+    except AccelBackendsError as exc:
+        return {"note": None, "error": failed(exc)}
+    return None if note is None else {"note": note, "error": None}
 
 
 def _world_check(registry: Registry, found: Any, selection: Any) -> dict[str, Any]:
@@ -305,6 +332,13 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
     if report.get("nccl"):
         lines.append(f"  nccl: {report['nccl']}")
+    shared = report.get("shared_gpus")
+    if shared:
+        lines.append(
+            f"  shared GPUs: error: {shared['error']}"
+            if shared["error"]
+            else f"  shared GPUs: {shared['note']}"
+        )
     lines.append("")
     if report["plugins_error"]:
         lines.append(f"accelerators: not detected: error: {report['plugins_error']}")
@@ -318,7 +352,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             rows.append(
                 [
                     acc["name"],
-                    "yes" if acc["available"] else "no",
+                    "refused" if acc.get("refusal") else "yes" if acc["available"] else "no",
                     str(acc["device_count"]),
                     str(acc["priority"]),
                     backends,

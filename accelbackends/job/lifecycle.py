@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import gc
 import os
 import random
@@ -295,6 +296,8 @@ def _same_context(context: Context, **requested: Any) -> Context:
             "(torch.distributed.destroy_process_group()); call accelbackends.destroy() first"
         )
     for name, value in requested.items():
+        if name == "backend" and value == context.process_group_backend:
+            continue  # the process group's string, as the first call may have been given it
         if value is not None and value != getattr(context, name):
             raise ConfigError(
                 f"accelbackends.init() already ran with {name}={getattr(context, name)!r}; "
@@ -403,6 +406,9 @@ def _initialise(
             )
     else:
         options = BackendOptions(backend=selection.backend, timeout=timeout)
+    if selection.process_group_backend is not None:
+        # The user gave the process group's string itself (cpu:gloo,cuda:nccl): passed as given.
+        options = dataclasses.replace(options, backend=selection.process_group_backend)
     options = registry.backend_options(spec, options, cluster)
     for key, value in options.env_defaults.items():
         os.environ.setdefault(key, value)

@@ -11,9 +11,9 @@ accelerator supports.
 from __future__ import annotations
 
 from ..plugin import config
-from ..plugin.errors import PluginError, SelectionError
+from ..plugin.errors import ConfigError, PluginError, SelectionError
 from ..plugin.text import did_you_mean
-from ..plugin.types import AcceleratorStatus, Selection
+from ..plugin.types import AcceleratorSpec, AcceleratorStatus, Selection
 from ..registry.facade import Registry, default_registry
 
 __all__ = ["Selection", "detect", "select"]
@@ -101,12 +101,25 @@ def select(
             )
         name, reason = choice.accelerator, choice.reason
 
+    refusal = by_name[name].detection.refusal
+    if refusal:
+        # The devices are here but init() cannot use them as configured: an error, never a
+        # fall back to the next accelerator.
+        raise ConfigError(
+            f"accelerator {name!r} ({reason}) is refused: {refusal}; or choose another "
+            f"accelerator with {config.ACCELERATOR}"
+        )
     spec = by_name[name].spec
     chosen_backend, backend_source = _requested(
         backend, "backend", config.read_name(registry.env, config.BACKEND), config.BACKEND
     )
+    process_group_backend = None
     if chosen_backend is None:
         chosen_backend, backend_reason = spec.default_backend, f"default backend of {name}"
+    elif ":" in chosen_backend:
+        process_group_backend = chosen_backend
+        chosen_backend = _from_composite(chosen_backend, backend_source, spec)
+        backend_reason = f"requested by {backend_source} (passed to torch as given)"
     else:
         if chosen_backend not in spec.backends:
             raise SelectionError(
@@ -115,4 +128,45 @@ def select(
                 f"{did_you_mean(chosen_backend, spec.backends)}"
             )
         backend_reason = f"requested by {backend_source}"
-    return Selection(name, chosen_backend, reason, backend_reason, candidates)
+    return Selection(
+        name, chosen_backend, reason, backend_reason, candidates, process_group_backend
+    )
+
+
+def _from_composite(value: str, source: str, spec: AcceleratorSpec) -> str:
+    """The backend a process group's string (``cpu:gloo,cuda:nccl``, what
+    ``torch.distributed.get_backend()`` prints) names for the accelerator's device, where the
+    string fits it: one ``device:backend`` pair per device, the accelerator's device with a
+    backend it supports, and besides it only ``cpu`` (with ``gloo`` or one of its backends)."""
+    give = f"give {spec.default_backend!r} (or one of: {', '.join(spec.backends)})"
+    pairs: dict[str, str] = {}
+    for item in value.split(","):
+        device, colon, backend = (part.strip() for part in item.partition(":"))
+        if not colon or not device or not backend or device in pairs:
+            raise SelectionError(
+                f"{source} is not a backend name or a process group's string of one "
+                f"'device:backend' pair per device (such as 'cpu:gloo,{spec.device_type}:"
+                f"{spec.default_backend}'); {give}"
+            )
+        pairs[device] = backend
+    others = [d for d in pairs if d not in (spec.device_type, "cpu")]
+    if spec.device_type not in pairs or others:
+        named = ", ".join(d for d in pairs if d != "cpu") or "cpu"
+        raise SelectionError(
+            f"{source} names device {named} but the selected accelerator is {spec.name!r} "
+            f"(device {spec.device_type}); {give}"
+        )
+    backend = pairs[spec.device_type]
+    if backend not in spec.backends:
+        raise SelectionError(
+            f"{source}: backend {backend!r} for device {spec.device_type} is not supported by "
+            f"accelerator {spec.name!r}; it supports: {', '.join(spec.backends)}"
+            f"{did_you_mean(backend, spec.backends)}"
+        )
+    cpu = pairs.get("cpu")
+    if cpu is not None and cpu != "gloo" and cpu not in spec.backends:
+        raise SelectionError(
+            f"{source}: backend {cpu!r} for device cpu is not one accelerator {spec.name!r} "
+            f"can serve CPU tensors with; use 'gloo'{did_you_mean(cpu, ('gloo',))}"
+        )
+    return backend

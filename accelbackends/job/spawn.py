@@ -45,7 +45,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
 from ..plugin import guard
-from ..plugin.errors import ConfigError, SpawnError, describe
+from ..plugin.errors import ConfigError, SpawnError, describe, first_line
 from ..plugin.guard import stuck
 from ..plugin.types import ClusterInfo
 from ..rendezvous.network import GLOO_INTERFACE, interface_towards
@@ -332,7 +332,7 @@ def _cause(
 
 def _first_line(error: BaseException) -> str:
     text = str(error.args[0]) if error.args else str(error)
-    return text.splitlines()[0] if text else ""
+    return first_line(RuntimeError(text)) if text.strip() else ""
 
 
 def _exit_description(code: int | None) -> str:

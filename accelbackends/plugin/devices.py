@@ -25,6 +25,7 @@ __all__ = [
     "habana_visible",
     "index_list",
     "rocm_visible",
+    "shares_devices",
     "ze_visible",
 ]
 
@@ -206,6 +207,25 @@ def index_list(
             )
         ids.append(int(item))
     return tuple(ids)
+
+
+def shares_devices(
+    *,
+    local_world_size: int,
+    count: int,
+    visible: Visible,
+    env: Mapping[str, str],
+    one_per_rank_ok: bool = True,
+) -> bool:
+    """Whether `device_index` puts more than one of this node's ``local_world_size`` ranks on one
+    of the ``count`` visible devices: more ranks than devices, with `SHARE_DEVICES` set, and not
+    the one-device-per-rank case a launcher sets up (see `device_index`). The same answer on
+    every local rank, so a backend that cannot share a device refuses on all of them."""
+    if count < 1 or local_world_size <= count:
+        return False
+    if one_per_rank_ok and visible.restricted and count == 1:
+        return False
+    return config.read_bool(env, SHARE_DEVICES)
 
 
 def device_index(

@@ -37,11 +37,39 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 1
 _CPP_LOCATION = re.compile(r"\[[^\]\s]+\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*")
 
 
+#: The lines of torch's NCCL errors that carry NCCL's own reason: torch's first line says only
+#: "NCCL error in: …, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
+#: the error class ("ncclInvalidUsage: …") and NCCL's "Last error:" (its reason, on the same
+#: line or the next, e.g. "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60")
+#: follow on lines of their own.
+_NCCL_CLASS = re.compile(r"nccl[A-Z]\w*:")
+_NCCL_LAST_ERROR = "Last error:"
+#: NCCL's reasons that older torch releases print without a "Last error:" line before them.
+_NCCL_REASONS = ("Duplicate GPU detected",)
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (without the C++ source location
-    torch puts in front of its errors), or its type's name."""
-    lines = str(exc).strip().splitlines()
-    return _CPP_LOCATION.sub("", lines[0]) if lines else type(exc).__name__
+    torch puts in front of its errors), or its type's name.
+
+    Where the message is torch's NCCL error, NCCL's reason follows on the same line: the error
+    class line (``ncclInvalidUsage: …``) and NCCL's ``Last error:`` with the line after it,
+    joined with ``; `` so that the result is still one line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    if not lines:
+        return type(exc).__name__
+    kept = [_CPP_LOCATION.sub("", lines[0])]
+    rest = iter(lines[1:])
+    for line in rest:
+        if _NCCL_CLASS.match(line) or line.startswith(_NCCL_REASONS):
+            kept.append(line)
+        elif line.startswith(_NCCL_LAST_ERROR):
+            reason = line.removeprefix(_NCCL_LAST_ERROR).strip()
+            if not reason:
+                reason = next((after for after in rest if after), "")
+            if reason:
+                kept.append(f"{_NCCL_LAST_ERROR} {reason}")
+    return "; ".join([*(part.rstrip(".") for part in kept[:-1]), kept[-1]])
 
 
 def describe(exc: BaseException) -> str:

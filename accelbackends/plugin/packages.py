@@ -21,11 +21,15 @@ from . import installed as _installed
 if TYPE_CHECKING:
     from importlib import metadata
 
-__all__ = ["Installed", "TorchBuild", "installed", "torch_build"]
+__all__ = ["NCCL_DISTRIBUTIONS", "Installed", "TorchBuild", "installed", "nccl", "torch_build"]
 
 _RELEASE = re.compile(r"^(\d+)\.(\d+)")
 _CUDA_TAG = re.compile(r"^cu(\d+)(\d)$")  # cu126 -> CUDA 12.6, cu118 -> 11.8
 _ROCM_TAG = re.compile(r"^rocm(\d+(?:\.\d+)*)$")
+#: The NCCL that torch's CUDA wheels load: NVIDIA's wheel for each CUDA major version
+#: (torch 2.11.0+cu130 requires nvidia-nccl-cu13 2.28.9). A build that links NCCL statically
+#: or takes it from the system (conda, a source build) installs none of them.
+NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 
 
 @dataclass(frozen=True)
@@ -170,3 +174,14 @@ def torch_build(paths: Sequence[str] | None = None) -> TorchBuild | None:
         return TorchBuild(version, known=False)
     facts = {**(from_tag or {}), **{k: v for k, v in (from_file or {}).items() if v is not None}}
     return TorchBuild(version, facts.get("cuda"), facts.get("hip"), facts.get("xpu"))
+
+
+def nccl(paths: Sequence[str] | None = None, cuda: str | None = None) -> Installed | None:
+    """The installed NCCL wheel (`NCCL_DISTRIBUTIONS`), or None where none is installed; the
+    one for CUDA ``cuda``'s major version first (``"13.0"`` -> ``nvidia-nccl-cu13``), as a
+    torch built for that CUDA loads it."""
+    names = list(NCCL_DISTRIBUTIONS)
+    if cuda is not None:
+        wanted = f"nvidia-nccl-cu{cuda.partition('.')[0]}"
+        names.sort(key=lambda name: name != wanted)
+    return installed(*names, paths=paths)

@@ -75,11 +75,17 @@ class Detection:
         device_count: How many devices of it this process can see (0 when unavailable).
         reason: For a human: *why* it is available or not (`"2 GPUs visible"`,
             `"no /dev/nvidia* device nodes"`).
+        refusal: Why `init()` will refuse the accelerator although its devices are here (a
+            visible-devices variable it cannot honour: `"CUDA_VISIBLE_DEVICES='0,0' lists '0'
+            twice; …"`), or `""`. Such an accelerator stays available, so that selecting it is
+            this error rather than a silent fall back to another accelerator; `select()`
+            raises it where the accelerator is chosen, and `info` shows it.
     """
 
     available: bool
     device_count: int = 0
     reason: str = ""
+    refusal: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.available, bool):
@@ -94,6 +100,13 @@ class Detection:
             )
         if not isinstance(self.reason, str):
             raise TypeError(f"Detection.reason must be a str, not {self.reason!r}")
+        if not isinstance(self.refusal, str):
+            raise TypeError(f"Detection.refusal must be a str, not {self.refusal!r}")
+        if self.refusal and not self.available:
+            raise TypeError(
+                "Detection.refusal is for an available accelerator that init() will refuse; "
+                "an unavailable one says why in its reason"
+            )
 
 
 @dataclass(frozen=True)
@@ -419,6 +432,10 @@ class Selection:
         reason: Why this accelerator (an argument, a variable, a plugin's policy, the priority).
         backend_reason: Why this backend.
         candidates: Every declared accelerator with its verdict, sorted by name.
+        process_group_backend: The process group's string the user gave instead of a backend
+            name (`"cpu:gloo,cuda:nccl"`, what `torch.distributed.get_backend()` prints), passed
+            to `init_process_group` as given; None where a backend name was given, and the
+            accelerator's backend options make the string.
     """
 
     accelerator: str
@@ -426,6 +443,7 @@ class Selection:
     reason: str
     backend_reason: str
     candidates: tuple[AcceleratorStatus, ...]
+    process_group_backend: str | None = None
 
     @property
     def status(self) -> AcceleratorStatus:

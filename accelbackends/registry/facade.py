@@ -520,6 +520,7 @@ def _guarded_detect(spec: AcceleratorSpec, info: PluginInfo, probe: Probe) -> De
             result.available,
             result.device_count,
             "available" if result.available else "not available",
+            result.refusal,
         )
     return result
 

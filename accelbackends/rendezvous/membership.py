@@ -696,7 +696,7 @@ def verify_group(
     except Exception as exc:
         raise RendezvousError(
             f"rank {rank}: the membership check over the process group did not complete within "
-            f"{timeout:g} s ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r})"
+            f"{timeout:g} s ({first_line(exc) if str(exc).strip() else repr(exc)})"
         ) from None
     if conflict:
         raise RendezvousError(conflict)

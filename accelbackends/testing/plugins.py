@@ -45,6 +45,7 @@ def fake_accelerator(
     backends: tuple[str, ...] = ("gloo",),
     reason: str = "",
     description: str = "",
+    refusal: str = "",
 ) -> AcceleratorSpec:
     """An accelerator whose probe answers as told and whose device is the CPU.
 
@@ -57,6 +58,7 @@ def fake_accelerator(
         available,
         devices if available else 0,
         reason or (f"{devices} fake device(s)" if available else "no fake device"),
+        refusal,
     )
 
     def detect(probe: Probe) -> Detection:

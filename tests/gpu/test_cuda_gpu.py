@@ -129,3 +129,76 @@ def test_more_ranks_than_gpus_fails_naming_both_numbers_and_sharing_opts_in() ->
         assert f"{n + 1} local ranks but only {n} GPUs are visible" in report["error"]["message"]
     shared = run(n + 1, ACCELBACKENDS_SHARE_DEVICES="1", ACCELBACKENDS_BACKEND="gloo")
     assert [r.get("device") for r in shared] == [f"cuda:{i % n}" for i in range(n + 1)]
+
+
+def _nccl_version() -> str:
+    from accelbackends.accelerators import cuda
+
+    return cuda.nccl_version(torch.cuda.nccl.version())
+
+
+_ONE_GPU = pytest.mark.skipif(
+    torch.cuda.device_count() >= 2,
+    reason="ranks share a GPU only where there are more ranks than GPUs: this node has "
+    f"{torch.cuda.device_count()} GPUs, and one made visible per rank counts as one GPU each",
+)
+
+
+@_ONE_GPU
+@pytest.mark.skipif(bool(torch.version.hip), reason="RCCL: the rule below is NCCL's")
+def test_two_ranks_sharing_one_gpu_over_nccl_follow_ncclss_version() -> None:
+    """Below NCCL 2.30 both ranks refuse before the rendezvous, naming NCCL's version; from
+    2.30 NCCL_MULTI_RANK_GPU_ENABLE=1 is set and the collectives run on the shared GPU."""
+    version = _nccl_version()
+    reports = run(2, ACCELBACKENDS_SHARE_DEVICES="1")
+    if tuple(int(part) for part in version.split(".")[:2]) < (2, 30):
+        for report in reports:
+            assert report["error"]["type"] == "ConfigError", report
+            message = report["error"]["message"]
+            assert f"NCCL {version} (torch.cuda.nccl.version()) allows one rank" in message
+            assert "ACCELBACKENDS_BACKEND=gloo" in message
+        return
+    for report in reports:
+        assert "error" not in report, report
+        assert report["device"] == "cuda:0"
+        assert report["env"]["NCCL_MULTI_RANK_GPU_ENABLE"] == "1"
+        assert report["device_sum"] == 3.0
+    for report in run(2, ACCELBACKENDS_SHARE_DEVICES="1", NCCL_MULTI_RANK_GPU_ENABLE="0"):
+        assert "NCCL_MULTI_RANK_GPU_ENABLE=0 forbids" in report["error"]["message"], report
+
+
+def test_a_gpu_listed_twice_is_refused_alike_by_info_and_init() -> None:
+    """CUDA_VISIBLE_DEVICES=0,0 leaves CUDA no GPU (cudaGetDeviceCount fails with error 101):
+    info shows cuda refused and selects nothing, and init() fails with the same message."""
+    import json
+    import subprocess
+
+    twice = "lists '0' twice"
+    env = _env(CUDA_VISIBLE_DEVICES="0,0")
+    info = subprocess.run(
+        [sys.executable, "-m", "accelbackends", "info", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert info.returncode == 2, info.stderr
+    report = json.loads(info.stdout)
+    (entry,) = [a for a in report["accelerators"] if a["name"] == "cuda"]
+    assert twice in entry["refusal"]
+    assert report["selected"]["accelerator"] is None
+    assert twice in report["selected"]["error"]
+    (rank,) = run(1, CUDA_VISIBLE_DEVICES="0,0")
+    assert rank["error"]["type"] == "ConfigError", rank
+    assert twice in rank["error"]["message"]
+
+
+def test_the_process_group_string_as_backend_runs_nccl() -> None:
+    n = gpus()
+    for rank, report in enumerate(run(n, ACCELBACKENDS_BACKEND="cpu:gloo,cuda:nccl")):
+        assert "error" not in report, report
+        assert report["backend"] == "nccl"
+        assert report["process_group_backend"] == "cpu:gloo,cuda:nccl"
+        assert report["device"] == f"cuda:{rank}"
+        assert (report["cpu_sum"], report["device_sum"]) == (n * (n + 1) / 2,) * 2
