@@ -455,9 +455,9 @@ def test_measure_copy_counts_the_bytes_read_and_written_on_the_device() -> None:
     assert (copy_size("cuda"), copy_size("cpu"), copy_size("cuda", quick=True)) == (
         256 << 20,
         64 << 20,
-        64 << 20,
+        128 << 20,
     )
-    assert copy_size("cpu", quick=True) == 16 << 20 and copy_size("cpu", cap=4096) == 4096
+    assert copy_size("cpu", quick=True) == 32 << 20 and copy_size("cpu", cap=4096) == 4096
     with pytest.raises(ValueError, match="use nbytes >= 1, iters >= 1 and warmup >= 0"):
         measure_copy(torch.device("cpu"), 0)
 
