@@ -102,7 +102,9 @@ def measure_copy(
 ) -> CopyMeasurement:
     """Time ``iters`` copies of an ``nbytes`` buffer to another on ``device`` (a
     ``torch.device``), after ``warmup`` untimed copies; the device is synchronised before the
-    first timed copy and after the last. No process group is needed."""
+    first timed copy and after the last. No process group is needed. ``device`` must be the
+    process's current device of its type (the one `init()` binds): `compat.synchronize` waits
+    for that one."""
     import torch
 
     if nbytes < 1 or iters < 1 or warmup < 0:
