@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
 2 KiB all_reduce of the bandwidth sweep."""
 
 import os
+import re
 import signal
 import socket
 import time
@@ -257,6 +259,10 @@ def test_standalone_run_with_n_ranks_passes_every_check_and_sweeps_both_ops(npro
             assert f"{op} {dtype}" in checks
     assert {"all_gather_object", "barrier", "all_reduce avg float32"} <= set(checks)
     assert "all_reduce avg int64" not in checks  # not defined for integers, so not claimed
+    if nproc == 1:  # a one-rank collective moves nothing: no sweep, a device copy instead
+        assert report["bandwidth"] == [] and report["device_copy"]["gbps"] > 0
+        return
+    assert report["device_copy"] is None
     swept = [(b["op"], b["bytes"]) for b in report["bandwidth"]]
     assert [s for op, s in swept if op == "all_reduce"] == [1024, 2048, 4096, 8192]
     assert len([s for op, s in swept if op == "all_gather"]) == 4
@@ -320,6 +326,140 @@ def test_text_report_shows_each_step_an_aligned_table_and_the_verdict() -> None:
     assert {len(row) for row in rows} == {len(header)}  # right-aligned columns end together
     assert lines[-1].startswith("verdict: PASSED")
     assert "Traceback" not in result.stderr
+
+
+# -- one rank ----------------------------------------------------------------------------------
+
+#: Counted nouns in check's text, which must be singular after a count of one.
+_PLURAL_AFTER_ONE = re.compile(r"\b1 (ranks|nodes|GPUs|devices|cores|sizes|checks|links|copies)\b")
+
+
+def test_one_rank_reports_a_labelled_device_copy_and_no_collective_bandwidth() -> None:
+    text = run_cli("check", "--nproc", "1", *QUICK)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert not [line for line in lines if "busbw" in line or "algbw" in line]
+    assert any(
+        line.startswith("[4/4] bandwidth: none measured with one rank (a one-rank collective ")
+        for line in lines
+    )
+    (copy_line,) = [line for line in lines if line.startswith("      device memory copy, read+")]
+    assert "8 KiB on cpu, 2 copies after 1 warm-up" in copy_line  # --max-bytes caps the buffer
+    assert "bytes read + bytes written per second" in copy_line
+    assert "not a collective bandwidth" in copy_line
+    (verdict,) = [line for line in lines if line.startswith("verdict:")]
+    assert verdict.startswith("verdict: PASSED (")
+    assert "device memory copy, read+write: " in verdict
+    assert "one rank: no collective bandwidth" in verdict and "peak busbw" not in verdict
+    assert "cpu with gloo, 1 rank;" in verdict and "1 of 1 node passing" in verdict
+    assert _PLURAL_AFTER_ONE.findall(text.stdout) == []
+
+    result = run_cli("check", "--nproc", "1", "--json", *QUICK)
+    assert result.returncode == 0, result.stderr
+    report = _report(result)
+    assert report["bandwidth"] == [] and report["misses"] == []
+    copied = report["device_copy"]
+    assert (copied["what"], copied["device"], copied["bytes"]) == (
+        "device memory copy, read+write",
+        "cpu",
+        8192,
+    )
+    assert copied["bytes_counted"] == 2 * copied["bytes"]
+    assert copied["counts"].startswith("bytes read + bytes written per second")
+    assert (copied["iters"], copied["warmup"]) == (2, 1)
+    assert copied["gbps"] == pytest.approx(
+        copied["bytes_counted"] / copied["seconds"] / 1e9, rel=1e-3
+    )
+    # The correctness checks still ran, every one of them.
+    assert len(report["checks"]) == 31 and all(c["ok"] for c in report["checks"])
+
+
+def test_one_rank_under_a_launcher_measures_the_device_copy_too() -> None:
+    result = run_cli("check", "--json", *QUICK, env={"RANK": "0", "WORLD_SIZE": "1"})
+    assert result.returncode == 0, result.stderr
+    report = _report(result)
+    assert (report["launcher"], report["world_size"], report["bandwidth"]) == ("env", 1, [])
+    assert report["device_copy"]["bytes"] == 8192
+
+
+@pytest.mark.parametrize("flag", ["--min-busbw", "--baseline"])
+def test_one_rank_refuses_flags_that_judge_a_collective_bandwidth(
+    flag: str, tmp_path: Path
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    row = {"op": "all_reduce", "bytes": 1024, "busbw_gbps": 1.0}
+    baseline.write_text(json.dumps({"world_size": 2, "bandwidth": [row]}))
+    value = str(baseline) if flag == "--baseline" else "5"
+    result = run_cli("check", "--nproc", "1", flag, value)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"accelbackends: error: {flag} needs a collective bandwidth, and a run of 1 rank "
+        "measures none (a one-rank collective moves no data; check measures a device memory "
+        f"copy instead); run 2 ranks or more, or leave {flag} out"
+    ]
+
+
+def test_one_rank_check_names_every_flag_it_cannot_judge_and_passes_two_ranks() -> None:
+    from accelbackends.cli.check.options import check_one_rank
+    from accelbackends.cli.check.thresholds import Floor
+    from accelbackends.plugin.errors import ConfigError
+
+    options = _options(min_busbw=(Floor(None, 5.0, "--min-busbw"),), plot="a.svg")
+    with pytest.raises(ConfigError, match=r"^--min-busbw and --plot need a collective bandwidth"):
+        check_one_rank(options, 1)
+    check_one_rank(options, 2)  # two ranks measure one: nothing to refuse
+    check_one_rank(_options(), 1)  # nothing asked of the bandwidth: one rank is fine
+
+
+def _options(**fields: Any) -> Any:
+    from accelbackends.cli.check.options import Options
+
+    base = {
+        "min_bytes": 0,
+        "max_bytes": None,
+        "iters": None,
+        "warmup": 2,
+        "timeout": 60.0,
+        "rendezvous_timeout": None,
+        "json": False,
+        "plot": None,
+    }
+    return Options(**(base | fields))
+
+
+def test_a_one_rank_report_is_refused_as_a_baseline(tmp_path: Path) -> None:
+    baseline = tmp_path / "one.json"
+    baseline.write_text(json.dumps({"world_size": 1, "bandwidth": [], "device_copy": {}}))
+    result = run_cli("check", "--baseline", str(baseline))
+    assert result.returncode == 2
+    assert f"--baseline={baseline} is a run of 1 rank, which measures no collective" in (
+        result.stderr
+    )
+
+
+def test_measure_copy_counts_the_bytes_read_and_written_on_the_device() -> None:
+    import torch
+
+    from accelbackends.cli.check.devicecopy import copy_size, measure_copy
+
+    measured = measure_copy(torch.device("cpu"), 1 << 20, iters=3, warmup=1)
+    assert (measured.device, measured.nbytes, measured.iters, measured.warmup) == (
+        "cpu",
+        1 << 20,
+        3,
+        1,
+    )
+    assert measured.seconds > 0 and measured.counted == 2 << 20
+    assert measured.rate == pytest.approx((2 << 20) / measured.seconds)
+    assert measured.as_json()["what"] == "device memory copy, read+write"
+    assert (copy_size("cuda"), copy_size("cpu"), copy_size("cuda", quick=True)) == (
+        256 << 20,
+        64 << 20,
+        128 << 20,
+    )
+    assert copy_size("cpu", quick=True) == 32 << 20 and copy_size("cpu", cap=4096) == 4096
+    with pytest.raises(ValueError, match="use nbytes >= 1, iters >= 1 and warmup >= 0"):
+        measure_copy(torch.device("cpu"), 0)
 
 
 # -- under a launcher ---------------------------------------------------------------------------

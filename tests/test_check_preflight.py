@@ -139,13 +139,72 @@ def test_failed_check_names_the_host_of_its_rank() -> None:
     assert verdict["culprits"][0]["reason"] == "wrong or failed collective: all_reduce sum float32"
 
 
-def test_a_threshold_miss_fails_the_job_without_naming_a_node() -> None:
+def test_a_threshold_miss_of_several_nodes_fails_the_job_saying_no_node_is_pinned() -> None:
     rows = [{"op": "all_reduce", "bytes": 1024, "busbw_gbps": 1.0}]
     misses = below_floors(rows, parse_min_busbw("2"))
     report = {"ranks": _ranks(2), "hosts": ["n0", "n1"], "checks": [], "error": None}
     verdict = node_verdict(report, [], misses)
     assert verdict["verdict"] == "FAILED" and verdict["failing_nodes"] == []
-    assert verdict["passing_nodes"] == ["n0", "n1"]
+    assert verdict["passing_nodes"] == ["n0", "n1"] and verdict["culprits"] == []
+    assert verdict["unpinned"] == [
+        "1 size below the --min-busbw floor (a collective of every rank missed it)"
+    ]
+    text = _verdict_text(report, verdict)
+    assert "not pinned to a node: 1 size below the --min-busbw floor (a collective" in text
+
+
+def test_a_threshold_or_baseline_miss_of_a_one_node_job_fails_that_node() -> None:
+    rows = [
+        {"op": "all_reduce", "bytes": 1024, "busbw_gbps": 1.0, "noise": 0.1},
+        {"op": "all_gather", "bytes": 1024, "busbw_gbps": 1.0, "noise": 0.1},
+    ]
+    misses = below_floors(rows, parse_min_busbw("2"))
+    baseline = (BaselineRow("all_reduce", 1024, 10.0, 0.1),)
+    misses += below_baseline(rows, baseline, 0.7, "base.json")[0]
+    ranks = [{"rank": r, "host": "vm"} for r in range(2)]
+    report = {"ranks": ranks, "hosts": ["vm"], "checks": [], "error": None}
+    verdict = node_verdict(report, [], misses)
+    assert (verdict["verdict"], verdict["failing_nodes"], verdict["passing_nodes"]) == (
+        "FAILED",
+        ["vm"],
+        [],
+    )
+    assert verdict["culprits"] == [
+        {
+            "kind": "node",
+            "hosts": ["vm"],
+            "ranks": [0, 1],
+            "reason": "the job's only node: 2 sizes below the --min-busbw floor; "
+            "1 size below the baseline",
+        }
+    ]
+    assert verdict["unpinned"] == []
+    lines = _verdict_text(report, verdict).splitlines()
+    assert lines[0].startswith(
+        "verdict: FAILED: 2 sizes below the --min-busbw floor, 1 size below the baseline ("
+    )
+    assert lines[1:4] == [
+        "failing nodes (1 of 1): vm",
+        "passing nodes (0 of 1): -",
+        "  node vm (ranks 0, 1): the job's only node: 2 sizes below the --min-busbw floor; "
+        "1 size below the baseline",
+    ]
+
+
+def test_a_problem_with_the_limits_fails_the_job_and_is_pinned_on_no_node() -> None:
+    report = {"ranks": _ranks(1), "hosts": ["n0"], "checks": [], "error": None}
+    problem = "--min-busbw 1 MiB=5: that size was not swept (sizes from 1 KiB to 8 KiB)"
+    verdict = node_verdict(report, [], (), [problem])
+    assert verdict["verdict"] == "FAILED" and verdict["failing_nodes"] == []
+    assert verdict["unpinned"] == [problem]
+    assert f"not pinned to a node: {problem}" in _verdict_text(report, verdict).splitlines()
+
+
+def _verdict_text(report: dict[str, Any], verdict: dict[str, Any]) -> str:
+    from accelbackends.cli.check.report import verdict as text
+
+    whole = {"accelerator": "cpu", "backend": "gloo", "world_size": len(report["ranks"])}
+    return text(whole | {"bandwidth": [], "device_copy": None} | report | verdict)
 
 
 # -- thresholds and baselines ---------------------------------------------------------------
@@ -272,7 +331,8 @@ def test_plugins_expected_busbw_is_shown_by_info_and_held_by_check(plugin_dist: 
     result = run_cli("check", "--json", *QUICK, pythonpath=site)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["verdict"] == "FAILED" and report["failing_nodes"] == []
+    # The job's only node is the one below the floor.
+    assert report["verdict"] == "FAILED" and report["failing_nodes"] == report["hosts"]
     assert {m["source"] for m in report["misses"]} == {
         f"the {entry['plugin']} plugin's expected busbw"
     }
@@ -280,6 +340,11 @@ def test_plugins_expected_busbw_is_shown_by_info_and_held_by_check(plugin_dist: 
         ("all_reduce", 5000.0),
         ("all_gather", 5000.0),
     }
+    # One rank measures no collective bandwidth: the plugin's floor is not held to it.
+    alone = run_cli("check", "--json", "--nproc", "1", *QUICK, pythonpath=site)
+    assert alone.returncode == 0, alone.stderr
+    report = json.loads(alone.stdout)
+    assert report["limits"]["min_busbw"] == [] and report["device_copy"]["gbps"] > 0
 
 
 # -- the command -----------------------------------------------------------------------------------
@@ -301,12 +366,17 @@ def test_min_busbw_missed_exits_1_with_the_verdict_naming_the_size(tmp_path: Pat
     lines = result.stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict:"))
     assert lines[verdict].startswith("verdict: FAILED: 2 sizes below the --min-busbw floor (")
-    assert lines[verdict + 1].startswith("passing nodes (1 of 1): ")
-    assert lines[verdict + 2].startswith("  all_reduce 8 KiB: busbw ")
-    assert lines[verdict + 2].endswith(" GB/s below --min-busbw 1000 GB/s")
-    # A job-level miss names no node: the one node passed its own checks.
-    assert (tmp_path / "failing").read_text() == ""
-    assert (tmp_path / "passing").read_text().count("\n") == 1
+    # The job's only node took every rank of the collectives that missed: it is the failing one.
+    host = (tmp_path / "failing").read_text().strip()
+    assert host and "\n" not in host
+    assert lines[verdict + 1 : verdict + 4] == [
+        f"failing nodes (1 of 1): {host}",
+        "passing nodes (0 of 1): -",
+        f"  node {host} (ranks 0, 1): the job's only node: 2 sizes below the --min-busbw floor",
+    ]
+    assert lines[verdict + 4].startswith("  all_reduce 8 KiB: busbw ")
+    assert lines[verdict + 4].endswith(" GB/s below --min-busbw 1000 GB/s")
+    assert (tmp_path / "passing").read_text() == ""
 
 
 @pytest.mark.slow
@@ -329,11 +399,32 @@ def test_baseline_of_the_same_machine_passes_and_a_raised_one_fails_naming_sizes
     for row in report["bandwidth"]:
         row["busbw_gbps"] *= 100
     baseline.write_text(json.dumps(report))
-    slower = run_cli("check", *QUICK, "--baseline", str(baseline))
+    failing = tmp_path / "failing"
+    slower = run_cli("check", *QUICK, "--baseline", str(baseline), "--failing-nodes", str(failing))
     assert slower.returncode == 1
     assert "verdict: FAILED: 8 sizes below the baseline (" in slower.stdout
     assert "  all_gather 8 KiB: busbw " in slower.stdout
     assert "the method's own noise there:" in slower.stdout
+    # A one-node job below its baseline: that node fails, in the text, the JSON and the file.
+    (host,) = report["hosts"]
+    assert f"failing nodes (1 of 1): {host}\npassing nodes (0 of 1): -\n" in slower.stdout
+    assert failing.read_text() == f"{host}\n"
+    failing.unlink()
+    as_json = run_cli(
+        "check", "--json", *QUICK, "--baseline", str(baseline), "--failing-nodes", str(failing)
+    )
+    assert as_json.returncode == 1
+    verdict = json.loads(as_json.stdout)
+    assert (verdict["failing_nodes"], verdict["passing_nodes"]) == ([host], [])
+    assert verdict["culprits"] == [
+        {
+            "kind": "node",
+            "hosts": [host],
+            "ranks": [0, 1],
+            "reason": "the job's only node: 8 sizes below the baseline",
+        }
+    ]
+    assert verdict["unpinned"] == [] and failing.read_text() == f"{host}\n"
 
 
 @pytest.mark.slow
@@ -393,7 +484,8 @@ def test_quick_text_report_opens_with_the_verdict_and_the_steps_follow() -> None
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("verdict: FAILED: 2 sizes below the --min-busbw floor (")
-    assert lines[1].startswith("passing nodes (1 of 1): ")
+    assert lines[1].startswith("failing nodes (1 of 1): ")
+    assert lines[2] == "passing nodes (0 of 1): -"
     assert [line[:5] for line in lines if line.startswith("[")] == [
         "[1/4]",
         "[2/4]",

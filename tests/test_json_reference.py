@@ -75,3 +75,14 @@ def test_check_json_keys_match_the_reference() -> None:
     assert {"python", "torch", "pluggy", "accelbackends"} <= set(report["versions"])
     _same_keys(tables["Each entry of `checks`:"], report["checks"][0], "checks[]")
     _same_keys(tables["Each entry of `bandwidth`:"], report["bandwidth"][0], "bandwidth[]")
+    assert report["device_copy"] is None  # two ranks: a collective bandwidth, no device copy
+
+
+def test_one_rank_check_json_names_the_device_copys_keys() -> None:
+    top = _tables()["## `accelbackends check --json`"]
+    report = _json("check", "--json", "--nproc", "1", "--max-bytes", "2KiB", "--iters", "1")
+    assert report["ok"], report["error"]
+    _same_keys(top, report, "check --json --nproc 1")
+    named = set(re.findall(r"`([^`]+)`", top["device_copy"]))
+    assert set(report["device_copy"]) - named == set(), "device_copy: keys not named in its row"
+    assert report["bandwidth"] == []

@@ -265,6 +265,15 @@ def test_slowed_node_alone_is_named_written_to_failing_nodes_and_fails_its_basel
         line.startswith("  node node2 (rank 2): every link to the other nodes") for line in details
     )
     assert not any(line.startswith(("  link ", "  rank ")) for line in details)
+    # The baseline's misses are the whole job's: every rank took part in the collectives.
+    assert any(
+        re.fullmatch(
+            r"not pinned to a node: \d+ sizes? below the baseline \(a collective of every rank "
+            r"missed it\)",
+            line,
+        )
+        for line in details
+    ), details
     # The baseline names each size the slowed job missed, with the method's noise beside it.
     missed = [line for line in details if "of the baseline's" in line]
     assert missed, details

@@ -10,7 +10,9 @@ way every rank runs the same four steps and rank 0 reports them:
    lengths, compared with values every rank computes itself; the per-rank verdicts are gathered
    so that rank 0 names the failing check *and* rank;
 4. bandwidth: all_reduce and all_gather swept over sizes; time is the slowest rank's mean,
-   algbw = bytes / time, busbw by the nccl-tests definitions.
+   algbw = bytes / time, busbw by the nccl-tests definitions. With one rank, whose collectives
+   move no data, a device memory copy (read+write) instead, never called a bandwidth of the
+   collectives.
 
 Exit 0 when every check passed (skips allowed), 1 when one failed or a rank died, 2 for bad
 input. torch is imported inside functions only: the CLI imports this package to build its
@@ -20,7 +22,8 @@ Where things are: `command` runs the command, `options` holds its flags,
 `rank` is one rank's run, `session` the ranks' own traffic and agreement
 (`agree` the maximum over the ranks that the session and the sweep both ask for),
 `correctness` and `sweep` steps 3 and 4, `collectives` and `bandwidth`
-what those steps check and measure, `report` what the user reads.
+what those steps check and measure (`devicecopy` what one rank measures alone), `report` what
+the user reads.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .bandwidth import OPS, Measurement, bus_bandwidth, measure
 from .collectives import DTYPES, LENGTHS
 from .command import run
 from .compat import synchronize
+from .devicecopy import CopyMeasurement, measure_copy
 from .options import add_arguments
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 
@@ -39,11 +43,13 @@ __all__ = [
     "LENGTHS",
     "MIB",
     "OPS",
+    "CopyMeasurement",
     "Measurement",
     "add_arguments",
     "bus_bandwidth",
     "format_size",
     "measure",
+    "measure_copy",
     "parse_size",
     "run",
     "synchronize",

@@ -22,7 +22,14 @@ from ...plugin.errors import (
     first_line,
 )
 from ..text import plural, say
-from .options import Options, check_memory, check_ranks, oversubscription, parse_options
+from .options import (
+    Options,
+    check_memory,
+    check_one_rank,
+    check_ranks,
+    oversubscription,
+    parse_options,
+)
 from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
@@ -49,10 +56,6 @@ def run(args: argparse.Namespace) -> int:
     selection = select(registry=registry)
     cluster = recognise(registry)
     device_type = selection.spec.device_type
-    expected = selection.spec.expected_busbw_gbps
-    if expected and not options.min_busbw:
-        source = f"the {selection.status.plugin} plugin's expected busbw"
-        options = dataclasses.replace(options, min_busbw=(Floor(None, float(expected), source),))
     if cluster.launcher != "single":
         if args.nproc is not None:
             raise ConfigError(
@@ -65,15 +68,28 @@ def run(args: argparse.Namespace) -> int:
                     else ""
                 )
             )
+        options = _held_to(options, selection, cluster.world_size)
         check_memory(options, device_type, cluster.local_world_size)
         return _join_launcher(options, selection, cluster)
     nproc = args.nproc or _default_nproc(selection)
     check_ranks(nproc)
+    options = _held_to(options, selection, nproc)
     check_memory(options, device_type, nproc)
     crowded = oversubscription(nproc, device_type)
     if crowded is not None and not options.json:
         say(crowded)
     return _standalone(options, selection, nproc)
+
+
+def _held_to(options: Options, selection: Selection, world_size: int) -> Options:
+    """The options with the bandwidth floor the plugin declares for its fabric, where the user
+    set none and there is a collective bandwidth to hold to it (two ranks or more)."""
+    check_one_rank(options, world_size)
+    expected = selection.spec.expected_busbw_gbps
+    if expected and not options.min_busbw and world_size > 1:
+        source = f"the {selection.status.plugin} plugin's expected busbw"
+        options = dataclasses.replace(options, min_busbw=(Floor(None, float(expected), source),))
+    return options
 
 
 def _refuse_what_info_refuses(env: Mapping[str, str]) -> None:

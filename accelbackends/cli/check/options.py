@@ -14,6 +14,7 @@ from pathlib import Path
 from ...plugin import config
 from ...plugin.errors import ConfigError
 from ...plugin.threads import available_cores
+from ..text import plural
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 from .thresholds import (
@@ -30,6 +31,7 @@ __all__ = [
     "Options",
     "add_arguments",
     "check_memory",
+    "check_one_rank",
     "check_ranks",
     "oversubscription",
     "parse_options",
@@ -320,6 +322,29 @@ def _check_plot_target(target: str) -> None:
         )
 
 
+def check_one_rank(options: Options, world_size: int) -> None:
+    """Refuse what judges a collective bandwidth where one rank measures none: a collective of
+    one rank moves no data (``check`` times a device memory copy instead)."""
+    if world_size != 1:
+        return
+    given = [
+        flag
+        for flag, value in (
+            ("--min-busbw", options.min_busbw),
+            ("--baseline", options.baseline_path),
+            ("--plot", options.plot),
+        )
+        if value
+    ]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} a collective "
+            "bandwidth, and a run of 1 rank measures none (a one-rank collective moves no data; "
+            "check measures a device memory copy instead); run 2 ranks or more, or leave "
+            f"{' and '.join(given)} out"
+        )
+
+
 def check_ranks(nproc: int) -> None:
     """Refuse a --nproc this node cannot start: every rank is a process with its own torch."""
     cores = available_cores()
@@ -327,7 +352,7 @@ def check_ranks(nproc: int) -> None:
     if nproc > limit:
         raise ConfigError(
             f"--nproc={nproc} is more local ranks than this node can run: it has {cores} CPU "
-            f"{'core' if cores == 1 else 'cores'} for this process, and each rank is a process "
+            f"{plural(cores, 'core')} for this process, and each rank is a process "
             f"with its own torch; use --nproc {limit} or fewer (one rank per device or core is "
             "what a job runs)"
         )
@@ -339,7 +364,7 @@ def oversubscription(nproc: int, device_type: str) -> str | None:
     if device_type != "cpu" or nproc <= cores:
         return None
     return (
-        f"note: {nproc} CPU ranks on {cores} {'core' if cores == 1 else 'cores'}: the ranks take "
+        f"note: {nproc} CPU ranks on {cores} {plural(cores, 'core')}: the ranks take "
         "turns on the cores, so the check takes longer (minutes for 16 ranks per core) and its "
         f"bandwidth measures the crowding, not the node; --nproc {cores} or fewer avoids it"
     )
@@ -359,6 +384,7 @@ def check_memory(options: Options, device_type: str, local_ranks: int) -> None:
     if need > physical // 2:
         raise ConfigError(
             f"--max-bytes={format_size(top)} needs about {format_size(need)} across "
-            f"{local_ranks} local ranks, more than half of this node's {format_size(physical)}; "
+            f"{local_ranks} local {plural(local_ranks, 'rank')}, more than half of this node's "
+            f"{format_size(physical)}; "
             "use a smaller --max-bytes or fewer ranks"
         )

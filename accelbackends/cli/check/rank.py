@@ -17,12 +17,14 @@ from .progress import Progress
 from .report import link_lines, print_json, versions
 from .results import Result
 from .session import Session, control_group
-from .sweep import sweep
+from .sweep import copy_alone, sweep
 from .verdicts import empty_verdict, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ...plugin.types import Context
+    from .bandwidth import Measurement
+    from .devicecopy import CopyMeasurement
     from .options import Options
 
 __all__ = ["run_rank"]
@@ -79,7 +81,12 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
             )
         checks = run_checks(session)
         progress.update(checks=[c.as_json() for c in checks])
-        bandwidth, problems = sweep(session)
+        copied: CopyMeasurement | None = None
+        bandwidth: list[Measurement] = []
+        if ctx.world_size == 1:
+            copied, problems = copy_alone(session)
+        else:
+            bandwidth, problems = sweep(session)
         links, culprits, why_not = measure_links(session, [r["host"] for r in ranks])
         for line in link_lines(links, why_not):
             session.say("      " + line)
@@ -107,6 +114,7 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         "ranks": ranks,
         "checks": [c.as_json() for c in checks],
         "bandwidth": [m.as_json() for m in bandwidth],
+        "device_copy": copied.as_json() if copied else None,
         "links": links,
     }
     report |= judge(report, options.limits(), culprits)
@@ -139,6 +147,7 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
         "ranks": [],
         "checks": [],
         "bandwidth": [],
+        "device_copy": None,
     } | empty_verdict()
 
 

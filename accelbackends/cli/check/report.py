@@ -12,7 +12,7 @@ from ..text import aligned, plural, rank_list, say
 from .bandwidth import OPS, Measurement
 from .collectives import DTYPES, Check, tolerance_text
 from .sizes import format_size
-from .verdicts import empty_verdict
+from .verdicts import ONLY_NODE, empty_verdict, miss_summary
 
 if TYPE_CHECKING:
     from ...plugin.types import Selection
@@ -137,13 +137,15 @@ def link_lines(links: list[dict[str, Any]], why_not: str) -> Iterator[str]:
 def verdict(report: dict[str, Any]) -> str:
     """The verdict, first: PASSED with the peak busbw and the nodes, or FAILED naming the checks
     and ranks, the nodes and links, the sizes below a threshold or the baseline; then the
-    failing and passing nodes, and one line per culprit and per miss."""
+    failing and passing nodes, one line per culprit, what failed the job without being pinned
+    to a node, and one line per miss. With one rank, the device memory copy stands where the
+    peak busbw would: a one-rank collective measures no bandwidth."""
     checks = report["checks"]
     not_run = [c for c in checks if not c["ok"] and c["detail"].startswith("not run")]
     failed = [c for c in checks if not c["ok"] and c not in not_run]
     skipped = [c for c in checks if c["skipped"]]
     passed = len(checks) - len(failed) - len(not_run) - len(skipped)
-    where = f"{report['accelerator']} with {report['backend']}, {report['world_size']} ranks"
+    where = f"{report['accelerator']} with {report['backend']}, {_ranks(report['world_size'])}"
     counts = f"{passed} passed, {len(failed)} failed, {len(skipped)} skipped"
     if not_run:
         counts += f", {len(not_run)} not run"
@@ -153,21 +155,26 @@ def verdict(report: dict[str, Any]) -> str:
     if report.get("verdict", "FAILED") == "FAILED":
         reasons = [f"{c['name']} on {rank_list(c['ranks'])}" for c in failed[:4]]
         if len(failed) > 4:
-            reasons.append(f"{len(failed) - 4} more checks")
+            more = len(failed) - 4
+            reasons.append(f"{more} more {plural(more, 'check')}")
         if not_run and not failed:
             reasons.append("checks not run")
         reasons += [
-            _short(c) for c in report.get("culprits", []) if c["reason"] and not _from_checks(c)
+            _short(c)
+            for c in report.get("culprits", [])
+            if c["reason"] and not _from_checks(c) and not _from_misses(c)
         ]
-        for kind, flag in (("min-busbw", "the --min-busbw floor"), ("baseline", "the baseline")):
-            missed = [m for m in report.get("misses", []) if m["kind"] == kind]
-            if missed:
-                reasons.append(f"{len(missed)} {plural(len(missed), 'size')} below {flag}")
+        reasons += miss_summary([m["kind"] for m in report.get("misses", [])])
         reasons += report.get("problems", [])[:1]
         lines.append(f"verdict: FAILED: {', '.join(reasons) or 'see above'} ({counts}; {where})")
     else:
         peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
         best = "" if peak is None else f"; peak busbw {peak:.2f} GB/s"
+        copied = report.get("device_copy")
+        if copied:  # one rank: no collective bandwidth, and none is claimed
+            best = (
+                f"; {copied['what']}: {copied['gbps']:.2f} GB/s, one rank: no collective bandwidth"
+            )
         lines.append(
             f"verdict: PASSED ({counts}; {where}{best}; {hosts} of {hosts} "
             f"{plural(hosts, 'node')} passing)"
@@ -179,16 +186,26 @@ def verdict(report: dict[str, Any]) -> str:
     for culprit in report.get("culprits", []):
         if not _from_checks(culprit):
             lines.append(f"  {_long(culprit)}")
+    unpinned = report.get("unpinned", [])
+    if unpinned:
+        lines.append(f"not pinned to a node: {'; '.join(unpinned)}")
     for miss in report.get("misses", []):
         lines.append(f"  {_miss_text(miss)}")
-    for problem in report.get("problems", []):
-        lines.append(f"  {problem}")
     return "\n".join(lines)
+
+
+def _ranks(count: int) -> str:
+    return f"{count} {plural(count, 'rank')}"
 
 
 def _from_checks(culprit: dict[str, Any]) -> bool:
     # The failed checks are named by the verdict's own words already.
     return bool(culprit["reason"].startswith("wrong or failed"))
+
+
+def _from_misses(culprit: dict[str, Any]) -> bool:
+    # A one-node job's miss, pinned on its node: the verdict names the sizes already.
+    return bool(culprit["reason"].startswith(ONLY_NODE))
 
 
 def _short(culprit: dict[str, Any]) -> str:
@@ -252,6 +269,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "ranks": [],
         "checks": [],
         "bandwidth": [],
+        "device_copy": None,
     } | empty_verdict()
     keep = ("verdict", "ok", "error", "stalled", "failing_nodes", "passing_nodes", "text")
     report.update({k: v for k, v in (so_far or {}).items() if k not in keep})
@@ -316,7 +334,7 @@ def plot(
     axes.set_ylabel("busbw (GB/s)")
     axes.set_title(
         f"accelbackends check: {report['accelerator']} with {report['backend']}, "
-        f"{report['world_size']} ranks: {report.get('verdict', '')}"
+        f"{_ranks(report['world_size'])}: {report.get('verdict', '')}"
     )
     axes.grid(True, alpha=0.3)
     axes.legend()

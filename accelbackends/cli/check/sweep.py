@@ -1,17 +1,19 @@
 """Step 4: all_reduce and all_gather swept over sizes, a table row printed as each size
-finishes, the ranks agreeing after each size whether to go on."""
+finishes, the ranks agreeing after each size whether to go on; with one rank, which no
+collective can measure, a device memory copy instead (`copy_alone`)."""
 
 from __future__ import annotations
 
 import functools
 
 from .bandwidth import AUTO_SECONDS_PER_SIZE, OPS, Measurement, measure
+from .devicecopy import COPY_ITERS, COPY_LABEL, CopyMeasurement, copy_size, measure_copy
 from .report import table_header, table_row
 from .results import Result
 from .session import RAISED, UNSUPPORTED, Session
 from .sizes import format_size
 
-__all__ = ["sweep"]
+__all__ = ["copy_alone", "sweep"]
 
 
 def sweep(session: Session) -> tuple[list[Measurement], list[Result]]:
@@ -66,3 +68,26 @@ def sweep(session: Session) -> tuple[list[Measurement], list[Result]]:
                 session.progress.add_measurement(attempt.value.as_json())
                 session.say("      " + table_row(attempt.value))
     return measurements, problems
+
+
+def copy_alone(session: Session) -> tuple[CopyMeasurement | None, list[Result]]:
+    """Step 4 with one rank: a collective of one rank moves no data, so its time is no
+    bandwidth; the rank's device memory copy is measured instead, and labelled as such."""
+    ctx, options = session.ctx, session.options
+    nbytes = copy_size(ctx.device.type, options.quick, options.max_bytes)
+    iters = options.iters or COPY_ITERS
+    session.say(
+        "[4/4] bandwidth: none measured with one rank (a one-rank collective moves no data); "
+        f"instead a {COPY_LABEL} on {ctx.device}"
+    )
+    if session.stopped:
+        session.say(f"      not run: {session.stopped}")
+        return None, [Result(COPY_LABEL, "not run", f"not run: {session.stopped}")]
+    call = functools.partial(measure_copy, ctx.device, nbytes, iters=iters, warmup=options.warmup)
+    attempt = session.attempt(call, step=COPY_LABEL, what=f"the {COPY_LABEL}")
+    if attempt.value is None:
+        session.say(f"      {COPY_LABEL}: FAILED: raised {attempt.error}")
+        return None, [Result(COPY_LABEL, "failed", f"raised {attempt.error}")]
+    session.progress.update(device_copy=attempt.value.as_json())
+    session.say(f"      {attempt.value.text()}")
+    return attempt.value, []

@@ -3,7 +3,8 @@ expected bandwidth a plugin declares for its fabric, and ``--baseline`` (an earl
 ``check --json``, size by size). Pure functions of the report: no torch.
 
 A miss here is the whole job's: every rank took part in the collective, so no node is named for
-it; the link step (`links`, judged in `verdicts`) names the node that is slower than the rest.
+it (unless the job has one node, `verdicts`); the link step (`links`, judged in `verdicts`)
+names the node that is slower than the rest.
 """
 
 from __future__ import annotations
@@ -144,6 +145,11 @@ def read_baseline(path: str) -> tuple[BaselineRow, ...]:
             f"--baseline={path} is not JSON ({exc}); use the output of accelbackends check --json"
         ) from None
     rows = report.get("bandwidth") if isinstance(report, dict) else None
+    if isinstance(report, dict) and report.get("world_size") == 1 and not rows:
+        raise ConfigError(
+            f"--baseline={path} is a run of 1 rank, which measures no collective bandwidth; "
+            "use the output of accelbackends check --json with 2 ranks or more"
+        )
     if not isinstance(rows, list) or not rows:
         raise ConfigError(
             f"--baseline={path} has no bandwidth rows; use the output of a finished "

@@ -1,9 +1,11 @@
 """The preflight's verdict: which nodes pass, which fail and why, from the finished report.
 
 Pure functions of the report (no torch), the same on every rank. A node fails when a
-correctness check failed on one of its ranks, or when its links are slow or carry wrong data;
-a threshold or baseline miss fails the job without naming a node (every rank took part in the
-collective that missed it).
+correctness check failed on one of its ranks, or when its links are slow or carry wrong data.
+A threshold or baseline miss is pinned on the node where the job has one node only; with
+several, every rank took part in the collective that missed, so the miss fails the job without
+naming a node and ``unpinned`` says so (as it says what else failed the job without a node to
+blame: a floor at a size that was not swept, a baseline with nothing in common).
 
 Slow is relative: a link is slow below ``--link-factor`` times the job's median for its kind
 (between nodes, or within one). The median is taken over the ranks' *best* links, not over the
@@ -39,11 +41,13 @@ __all__ = [
     "DEFAULT_LINK_FACTOR",
     "INTER",
     "INTRA",
+    "ONLY_NODE",
     "Culprit",
     "Limits",
     "empty_verdict",
     "judge",
     "judge_links",
+    "miss_summary",
     "node_verdict",
 ]
 
@@ -55,6 +59,8 @@ __all__ = [
 DEFAULT_LINK_FACTOR = 0.3
 
 INTER, INTRA = "inter-node", "intra-node"
+#: How the reason of a miss pinned on a one-node job's node begins.
+ONLY_NODE = "the job's only node"
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,7 @@ def empty_verdict() -> dict[str, Any]:
         "culprits": [],
         "misses": [],
         "problems": [],
+        "unpinned": [],
     }
 
 
@@ -226,10 +233,20 @@ def node_verdict(
     problems: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The keys a scheduler reads: ``verdict``, ``failing_nodes``, ``passing_nodes``, and the
-    ``culprits`` behind them (correctness failures named by host and rank first); ``problems``
-    fail the job without naming a node, as ``misses`` do."""
+    ``culprits`` behind them (correctness failures named by host and rank first). ``misses``
+    fail the job's only node where it has one, else the job without naming a node;
+    ``problems`` always fail the job without naming a node; ``unpinned`` lists what failed
+    the job that no node is blamed for."""
     host_of = {int(r["rank"]): str(r["host"]) for r in report["ranks"]}
     blamed = [*_wrong_results(report["checks"], host_of), *culprits]
+    missed = miss_summary([m.kind for m in misses])
+    unpinned = list(problems)
+    hosts = sorted(set(report["hosts"]))
+    if missed and len(hosts) == 1:
+        ranks = tuple(sorted(r for r, h in host_of.items() if h == hosts[0]))
+        blamed.append(Culprit("node", (hosts[0],), ranks, f"{ONLY_NODE}: {'; '.join(missed)}"))
+    elif missed:
+        unpinned[:0] = [f"{m} (a collective of every rank missed it)" for m in missed]
     failing = sorted({h for c in blamed for h in c.hosts})
     passing = sorted(set(report["hosts"]) - set(failing))
     checks_ok = all(c["ok"] for c in report["checks"])
@@ -241,7 +258,19 @@ def node_verdict(
         "culprits": [c.as_json() for c in blamed],
         "misses": [m.as_json() for m in misses],
         "problems": list(problems),
+        "unpinned": unpinned,
     }
+
+
+def miss_summary(kinds: Sequence[str]) -> list[str]:
+    """``["2 sizes below the --min-busbw floor", "8 sizes below the baseline"]`` for the kinds
+    of the misses (`thresholds.Miss.kind`), in that order."""
+    summary = []
+    for kind, limit in (("min-busbw", "the --min-busbw floor"), ("baseline", "the baseline")):
+        count = sum(1 for k in kinds if k == kind)
+        if count:
+            summary.append(f"{count} {plural(count, 'size')} below {limit}")
+    return summary
 
 
 def _wrong_results(checks: Sequence[dict[str, Any]], host_of: dict[int, str]) -> list[Culprit]:
