@@ -12,11 +12,14 @@ import pytest
 
 from accelbackends import Registry
 from accelbackends.accelerators import BUILTIN, cuda, hpu, xpu
+from accelbackends.plugin.config import read_probe_root
 from accelbackends.plugin.types import Probe
 from accelbackends.testing import FakeStack, FakeTree
+from accelbackends.testing.cluster import clean_environment
 
-# This machine's facts, read the way the probes read them.
-_HOST = Probe(env={"ACCELBACKENDS_NVML": "off"})
+# This machine's facts as the probes of this suite read them: the hermetic root (no
+# accelerator) that tests/conftest.py sets, so these tests run on a GPU node too.
+_HOST = Probe(env={"ACCELBACKENDS_NVML": "off"}, root=read_probe_root(os.environ))
 _GPUS = cuda.find_hardware(_HOST)
 HAS_GPU = bool(_GPUS.nvidia or _GPUS.amd)
 HAS_INTEL_GPU = bool(xpu.find_gpus(_HOST))
@@ -25,7 +28,7 @@ NO_ACCELERATOR = not (HAS_GPU or HAS_INTEL_GPU or HAS_GAUDI)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env = clean_environment(os.environ)
     for launcher in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
         env.pop(launcher, None)
     env.update(extra)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from accelbackends.testing.cluster import clean_environment
+
 pytestmark = pytest.mark.slow
 
 #: Every process of one run carries this variable (forked ranks inherit the environment), so
@@ -37,7 +39,7 @@ def _processes_with(marker: str) -> list[int]:
 
 def _marked_environment(marker: str) -> dict[str, str]:
     """This process's environment without ACCELBACKENDS_* variables, with the run's marker."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env = clean_environment(os.environ)
     env[MARKER] = marker
     return env
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from accelbackends.plugin import torchcompat
+from accelbackends.testing.cluster import clean_environment
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist, accelbackends
@@ -31,7 +32,7 @@ SCRIPT = textwrap.dedent("""
 def _torchrun(tmp_path: Path, *launcher_args: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
+    env = clean_environment(os.environ)
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", *launcher_args, str(script)],
         capture_output=True,

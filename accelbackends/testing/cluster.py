@@ -9,8 +9,8 @@ cluster = accelbackends.Registry(env=env).cluster_environment()
 assert (cluster.launcher, cluster.node_rank, cluster.local_rank) == ("slurm", 1, 1)
 ```
 
-`clean_environment` removes such variables (and every ``ACCELBACKENDS_*`` one) from a
-mapping, so that a test does not see the shell it was started from.
+`clean_environment` removes such variables (and every ``ACCELBACKENDS_*`` one but the probe
+root) from a mapping, so that a test does not see the shell it was started from.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..environments.variables import LAUNCHER_PREFIXES, LAUNCHER_VARIABLES, env_variables
+from ..plugin.config import PROBE_ROOT
 
 __all__ = [
     "LAUNCHERS",
@@ -29,11 +30,14 @@ __all__ = [
 
 
 def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without launcher variables and without ``ACCELBACKENDS_*`` variables."""
+    """``env`` without launcher variables and without ``ACCELBACKENDS_*`` variables, except
+    ``ACCELBACKENDS_PROBE_ROOT``: that one says which machine the test set up (a hermetic
+    suite's tree without accelerators), not how the job is launched, and children keep it."""
     return {
         key: value
         for key, value in env.items()
-        if not key.startswith(LAUNCHER_PREFIXES) and key not in LAUNCHER_VARIABLES
+        if key == PROBE_ROOT
+        or (not key.startswith(LAUNCHER_PREFIXES) and key not in LAUNCHER_VARIABLES)
     }
 
 
