@@ -37,7 +37,8 @@ FAKE_COMM = '''
 misbehave on purpose. partial: all_to_all is not implemented (said the way torch's backends say
 it). lying: all_reduce sums are off by one on rank 1. dies: rank 1 exits in broadcast. hangs:
 rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
-2 KiB all_reduce of the bandwidth sweep."""
+2 KiB all_reduce of the bandwidth sweep. crashes: rank 0 dies by SIGSEGV in the send/recv ring,
+and its end is slow to show (see _die_slowly)."""
 
 import os
 import signal
@@ -46,7 +47,24 @@ import time
 
 import accelbackends
 
-BACKENDS = ("partial", "lying", "dies", "hangs", "stops")
+BACKENDS = ("partial", "lying", "dies", "hangs", "stops", "crashes")
+
+
+def _die_slowly():
+    """Die by SIGSEGV the way a rank holding a GPU does: its sockets close at once (its peers
+    see "Connection closed by peer" and report), but its end reaches spawn()'s parent late (a
+    CUDA context's teardown runs between the two). Here a helper closes its copies of the
+    sockets and keeps the rest of the rank's descriptors, its exit pipe among them, 3 s longer."""
+    if os.fork() == 0:
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    os.close(int(name))
+            except OSError:
+                pass
+        time.sleep(3)
+        os._exit(0)
+    os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def _register_backends():
@@ -106,6 +124,8 @@ def _register_backends():
             return self._gloo.alltoall(outputs, inputs, opts)
 
         def send(self, tensors, dst, tag):
+            if self._name == "crashes" and self.rank() == 0:
+                _die_slowly()
             return self._gloo.send(tensors, dst, tag)
 
         def recv(self, tensors, src, tag):
