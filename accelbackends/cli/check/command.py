@@ -165,6 +165,18 @@ def _dead_rank(exc: SpawnError, ranks: list[dict[str, Any]]) -> Culprit:
     return Culprit("rank", (host,), (exc.rank,), f"{exc.death} without reporting a result{pid}")
 
 
+def _ended_rank(entry: tuple[int, int, str]) -> Culprit:
+    import socket
+
+    rank, pid, state = entry
+    return Culprit(
+        "rank",
+        (socket.gethostname(),),
+        (rank,),
+        f"{state} (pid {pid} on this host); its launcher has its exit status",
+    )
+
+
 def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
     from ...job.lifecycle import distributed
 
@@ -183,8 +195,12 @@ def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo)
                 so_far = _last_progress(exc)
                 if not options.json:
                     _say_all([*held, *so_far.get("text", [])])
-                # Which node is at fault is not known here: neither list names a node.
                 report = failure_report(first_line(exc), so_far)
+                # A rank seen to end on this host is the culprit (its exit status is the
+                # launcher's); otherwise which node is at fault is not known here.
+                ended = getattr(exc, "ended_peers", [])
+                report["culprits"] = [_ended_rank(entry).as_json() for entry in ended]
+                report["failing_nodes"] = sorted({c["hosts"][0] for c in report["culprits"]})
                 _write_nodes(report, options)
                 if options.json:
                     print_json(report)
