@@ -623,8 +623,12 @@ def test_rank_that_hangs_is_stopped_by_the_timeout(fake_comm: Path) -> None:
     )
     assert result.returncode == 1
     assert "rank 1: check 'broadcast float32' did not finish within 4 s" in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        "accelbackends: error: rank 1 of 2 exited with code 1 without reporting a result"
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "accelbackends: error: rank 1 of 2 exited with code 1 without reporting a result"
+        )
     )
 
 
@@ -704,8 +708,10 @@ def test_env_rank_that_lost_contact_names_the_peer_whose_process_ended_on_its_ho
     assert ranks[survivor].returncode == 1
     line = outputs[survivor][1].strip().splitlines()[-1]
     pid = ranks[dead].pid
+    # Its sockets closed in its exit: seen while it ends (a core dump, a teardown) or after.
+    state = "has ended" if f"pid {pid} on this host) has ended" in line else "is ending"
     assert line.startswith(
-        f"accelbackends: error: rank {dead} (pid {pid} on this host) has ended; its launcher "
+        f"accelbackends: error: rank {dead} (pid {pid} on this host) {state}; its launcher "
         f"has its exit status; rank {survivor} lost contact with the other ranks while "
     ), line
     assert line.endswith(f" — a consequence of rank {dead} ending"), line
@@ -717,7 +723,7 @@ def test_env_rank_that_lost_contact_names_the_peer_whose_process_ended_on_its_ho
                 "kind": "rank",
                 "hosts": [socket.gethostname()],
                 "ranks": [dead],
-                "reason": f"has ended (pid {pid} on this host); its launcher has its exit status",
+                "reason": f"{state} (pid {pid} on this host); its launcher has its exit status",
             }
         ]
         assert report["failing_nodes"] == [socket.gethostname()]
