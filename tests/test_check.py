@@ -38,7 +38,8 @@ FAKE_COMM = '''
 misbehave on purpose. partial: all_to_all is not implemented (said the way torch's backends say
 it). lying: all_reduce sums are off by one on rank 1. dies: rank 1 exits in broadcast. hangs:
 rank 1 sleeps in broadcast. stops: rank 1 stops itself (SIGSTOP) in the
-2 KiB all_reduce of the bandwidth sweep."""
+2 KiB all_reduce of the bandwidth sweep. crashes: rank 0 dies by SIGSEGV in the send/recv ring,
+and its end reaches spawn()'s parent late (tests/dying.py, on the ranks' PYTHONPATH)."""
 
 import os
 import re
@@ -48,7 +49,7 @@ import time
 
 import accelbackends
 
-BACKENDS = ("partial", "lying", "dies", "hangs", "stops")
+BACKENDS = ("partial", "lying", "dies", "hangs", "stops", "crashes")
 
 
 def _register_backends():
@@ -108,6 +109,10 @@ def _register_backends():
             return self._gloo.alltoall(outputs, inputs, opts)
 
         def send(self, tensors, dst, tag):
+            if self._name == "crashes" and self.rank() == 0:
+                from dying import die_slowly
+
+                die_slowly()
             return self._gloo.send(tensors, dst, tag)
 
         def recv(self, tensors, src, tag):
@@ -666,11 +671,55 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
         "check", "--json", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "dies"}
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        "accelbackends: error: rank 1 of 2 exited with code 3 without reporting a result"
-    ]
+    (line,) = result.stderr.strip().splitlines()
+    # The death first, with its exit status; the survivor's lost contact as its consequence.
+    death = "rank 1 of 2 exited with code 3 without reporting a result"
+    assert line.startswith(f"accelbackends: error: {death}; rank 0 lost contact with the "), line
+    assert line.endswith(" — a consequence of rank 1's death"), line
     report = _report(result)  # still exactly one JSON object, saying what happened
-    assert report["ok"] is False and "rank 1 of 2" in report["error"]
+    assert report["ok"] is False and report["error"] == line.removeprefix("accelbackends: error: ")
+    pid = next(r["pid"] for r in report["ranks"] if r["rank"] == 1)
+    assert report["culprits"] == [
+        {
+            "kind": "rank",
+            "hosts": [socket.gethostname()],
+            "ranks": [1],
+            "reason": f"exited with code 3 without reporting a result (pid {pid})",
+        }
+    ]
+    assert report["failing_nodes"] == [socket.gethostname()]
+
+
+#: Where tests/dying.py is, for the ranks that import it.
+_TESTS = str(Path(__file__).parent)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("json_report", [True, False], ids=["json", "text"])
+def test_rank_killed_by_a_signal_whose_end_comes_late_is_named_first_not_its_survivor(
+    fake_comm: Path, json_report: bool
+) -> None:
+    """Rank 0 dies by SIGSEGV in the send/recv ring and its end reaches the parent seconds
+    after rank 1 reported losing contact (as a CUDA rank's does on a GPU node): the parent
+    waits for that end instead of naming the survivor."""
+    result = run_cli(
+        "check",
+        *(("--json",) if json_report else ()),
+        *QUICK,
+        pythonpath=fake_comm,
+        env={"ACCELBACKENDS_BACKEND": "crashes", "PYTHONPATH": _TESTS},
+    )
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    death = "rank 0 of 2 was killed by SIGSEGV without reporting a result"
+    assert line.startswith(f"accelbackends: error: {death}; rank 1 lost contact "), line
+    assert "send/recv ring" in line and line.endswith("a consequence of rank 0's death"), line
+    if json_report:
+        report = _report(result)
+        assert report["error"] == line.removeprefix("accelbackends: error: ")
+        (culprit,) = report["culprits"]
+        assert (culprit["kind"], culprit["ranks"]) == ("rank", [0])
+        assert culprit["reason"].startswith("was killed by SIGSEGV without reporting a result")
 
 
 @pytest.mark.slow
@@ -714,8 +763,12 @@ def test_rank_that_hangs_is_stopped_by_the_timeout(fake_comm: Path) -> None:
     )
     assert result.returncode == 1
     assert "rank 1: check 'broadcast float32' did not finish within 4 s" in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        "accelbackends: error: rank 1 of 2 exited with code 1 without reporting a result"
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "accelbackends: error: rank 1 of 2 exited with code 1 without reporting a result"
+        )
     )
 
 
@@ -749,3 +802,68 @@ def _group_is_gone(group: int, limit: float = 60) -> bool:
         if left.stdout == "" or time.monotonic() > deadline:
             return left.stdout == ""
         time.sleep(0.1)
+
+
+def _env_ranks(site: Path, backend: str, *args: str) -> list[subprocess.Popen[str]]:
+    """Two plain env:// ranks of ``accelbackends check`` (RANK, WORLD_SIZE, MASTER_*), started
+    here as a user's launcher would; this process is their parent, not check's."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    ranks = []
+    for rank in range(2):
+        env = _child_env(
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            ACCELBACKENDS_BACKEND=backend,
+            PYTHONPATH=os.pathsep.join([str(site), _TESTS]),
+        )
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "accelbackends", "check", *args, *QUICK],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return ranks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("backend", "dead", "how"), [("dies", 1, 3), ("crashes", 0, -signal.SIGSEGV)]
+)
+def test_env_rank_that_lost_contact_names_the_peer_whose_process_ended_on_its_host(
+    fake_comm: Path, backend: str, dead: int, how: int
+) -> None:
+    """No parent of the dead rank is check's: the survivor says which peer's process has
+    ended, by pid, and leaves the exit status to the launcher (it has no way to know it)."""
+    ranks = _env_ranks(fake_comm, backend, "--json")
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    survivor = 1 - dead
+    assert ranks[dead].returncode == how
+    assert ranks[survivor].returncode == 1
+    line = outputs[survivor][1].strip().splitlines()[-1]
+    pid = ranks[dead].pid
+    # Its sockets closed in its exit: seen while it ends (a core dump, a teardown) or after.
+    state = "has ended" if f"pid {pid} on this host) has ended" in line else "is ending"
+    assert line.startswith(
+        f"accelbackends: error: rank {dead} (pid {pid} on this host) {state}; its launcher "
+        f"has its exit status; rank {survivor} lost contact with the other ranks while "
+    ), line
+    assert line.endswith(f" — a consequence of rank {dead} ending"), line
+    assert "exit code" not in line and "SIGSEGV" not in line  # not known to the survivor
+    if survivor == 0:  # rank 0 reports: its JSON holds the peer as the culprit
+        report = json.loads(outputs[0][0])
+        assert report["culprits"] == [
+            {
+                "kind": "rank",
+                "hosts": [socket.gethostname()],
+                "ranks": [dead],
+                "reason": f"{state} (pid {pid} on this host); its launcher has its exit status",
+            }
+        ]
+        assert report["failing_nodes"] == [socket.gethostname()]

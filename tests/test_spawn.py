@@ -74,6 +74,37 @@ def test_rank_killed_by_a_signal_is_reported_with_the_signal() -> None:
     assert multiprocessing.active_children() == []
 
 
+def _dies_in_a_collective(ctx: accelbackends.Context, signum: int | None) -> None:
+    from dying import die_slowly
+
+    if ctx.rank == 0:
+        die_slowly(signum)  # its end reaches the parent seconds after rank 1's report
+    dist.all_reduce(torch.ones(4))  # rank 1 waits here for rank 0, and loses it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "how", "exitcode"),
+    [(signal.SIGSEGV, "was killed by SIGSEGV", -signal.SIGSEGV), (None, "exited with code 3", 3)],
+    ids=["signal", "exit-code"],
+)
+def test_rank_dying_in_a_collective_is_named_first_and_its_peers_loss_as_the_consequence(
+    signum: int | None, how: str, exitcode: int
+) -> None:
+    """The dead rank's end reaches the parent after the survivor reported "Connection closed
+    by peer" (as a CUDA rank's does): the parent waits for it, and names it."""
+    with pytest.raises(SpawnError) as caught:
+        accelbackends.spawn(_dies_in_a_collective, 2, args=(signum,))
+    error = caught.value
+    assert (error.rank, error.death, error.exitcode) == (0, how, exitcode)
+    lines = str(error).splitlines()
+    assert lines[0] == f"rank 0 of 2 {how} without reporting a result"
+    ((rank, said),) = error.consequences
+    assert rank == 1 and said.startswith("rank 1 raised "), said
+    assert lines[-1] == f"({said} — a consequence of rank 0's death above)"
+    assert multiprocessing.active_children() == []
+
+
 def test_init_options_are_forwarded_to_every_rank() -> None:
     def timeouts(ctx: accelbackends.Context) -> float:
         return ctx.timeout

@@ -19,6 +19,7 @@ __all__ = [
     "TERMINATE_GRACE",
     "Adopter",
     "children",
+    "end_state",
     "is_stopped",
     "private_temp_file",
     "proc_stat",
@@ -190,6 +191,32 @@ def is_stopped(pid: int | None) -> bool:
     if pid is None:
         return False
     return proc_stat(pid)[:1] in (["T"], ["t"])
+
+
+#: The kernel's task flags (``/proc/PID/stat`` field 9) that mark a process on its way out:
+#: PF_EXITING from the start of its exit, PF_SIGNALED once a fatal signal was taken (a core
+#: dump runs before the exit).
+_PF_EXITING, _PF_SIGNALED = 0x4, 0x400
+
+
+def end_state(pid: int | None) -> str:
+    """``"ended"`` where ``pid`` has exited (a zombie not reaped yet, or gone), ``"ending"``
+    where it is on its way out (a fatal signal taken, or its exit begun: closing a device's
+    files can take seconds, and a process's sockets close before its last descriptors do),
+    ``""`` while it runs or where that cannot be read (not Linux)."""
+    if pid is None:
+        return ""
+    fields = proc_stat(pid)
+    if not fields:
+        # Unreadable: gone (where there is a /proc), or not Linux.
+        return "ended" if os.path.isdir("/proc/self") and not running(pid) else ""
+    if fields[0] in ("Z", "X", "x"):
+        return "ended"
+    try:
+        flags = int(fields[6])
+    except (IndexError, ValueError):
+        return ""
+    return "ending" if flags & (_PF_EXITING | _PF_SIGNALED) else ""
 
 
 def signal_group(process: multiprocessing.process.BaseProcess, signum: int) -> None:

@@ -52,7 +52,7 @@ from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
 from .failure import is_consequence, raised_at
-from .processes import TEMP_PREFIX, Adopter, is_stopped, remove_stale_temp, stop
+from .processes import TEMP_PREFIX, Adopter, end_state, is_stopped, remove_stale_temp, stop
 from .select import select
 
 __all__ = ["spawn"]
@@ -64,6 +64,14 @@ __all__ = ["spawn"]
 SETTLE = 0.5
 #: How far back a rank that died without reporting is dated when failures are ordered.
 DEATH_LEAD = 0.5
+#: When every failure only says that a peer went away, how long to wait for a rank that is on
+#: its way out to finish exiting, so that its exit status is the one named. A rank's sockets
+#: close before its last descriptors: a CUDA rank's peers report "Connection closed by peer"
+#: while its device's teardown still holds its exit (seen past `SETTLE` on an H200). Only a
+#: teardown stuck in a driver reaches this bound.
+DYING_WAIT = 30.0
+#: How often a rank on its way out is looked at while waiting for its end.
+_DYING_POLL = 0.05
 #: After a rank's function returned, how long the rank may take to exit before it is ended.
 EXIT_GRACE = 5.0
 _runs = itertools.count()
@@ -314,7 +322,19 @@ def _cause(
         )
         notes.append(f"as a consequence, {_first_line(first)}")
         first, stopped = cause, []
-    others = sorted({e.rank for _, e in failures} - {first.rank})
+    if first.death:
+        # A death is the cause of every "peer went away" that followed it: say each as such.
+        first.consequences = tuple(
+            (e.rank, _consequence_text(e, total))
+            for _, e in failures
+            if e.rank != first.rank and is_consequence(_first_line(e))
+        )
+        notes += [
+            f"{text} — a consequence of rank {first.rank}'s death above"
+            for _, text in first.consequences
+        ]
+    explained = {rank for rank, _ in first.consequences}
+    others = sorted({e.rank for _, e in failures} - {first.rank} - explained)
     if others:
         notes.append(
             f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(map(str, others))} "
@@ -328,6 +348,20 @@ def _cause(
     if notes:
         first.args = (f"{first.args[0]}\n\n({'; '.join(notes)})",)
     return first
+
+
+def _consequence_text(error: SpawnError, total: int) -> str:
+    """What a rank said, in its own words where they name it (``rank 1 lost contact with the
+    other ranks ...``), else ``rank 1 raised RuntimeError: Connection closed by peer``."""
+    line = _first_line(error)
+    prefix = f"rank {error.rank} of {total} raised "
+    if not line.startswith(prefix):
+        return line
+    said = line[len(prefix) :]
+    _, colon, text = said.partition(": ")
+    if colon and text.startswith(f"rank {error.rank} "):
+        return text
+    return f"rank {error.rank} raised {said}"
 
 
 def _first_line(error: BaseException) -> str:
@@ -471,7 +505,32 @@ def _collect(
     #: When each rank that reported its result must have exited by (see EXIT_GRACE).
     exit_by: dict[int, float] = {}
     settle_until: float | None = None
+    dying_until = math.inf
     total = len(processes)
+
+    def died(rank: int, how: str = "") -> None:
+        """Record that ``rank`` ended without reporting (reaped here, where it has ended)."""
+        process = processes[rank]
+        if not how:
+            process.join()
+        if rank in results or any(e.rank == rank for _, e in failures):
+            return
+        how = how or _exit_description(process.exitcode)
+        failures.append(
+            (
+                # A death is noticed a moment after it happened, and its peers' errors
+                # ("connection reset") follow it within that moment: date it back so that
+                # the death, the cause, is the one named.
+                time.monotonic() - DEATH_LEAD,
+                SpawnError(
+                    f"rank {rank} of {total} {how} without reporting a result",
+                    rank=rank,
+                    death=how,
+                    exitcode=process.exitcode,
+                ),
+            )
+        )
+
     while pending or sentinels:
         deadlines = [d for r, d in exit_by.items() if r in sentinels.values()]
         if settle_until is not None:
@@ -480,6 +539,9 @@ def _collect(
         ready_list = wait([*pending, *sentinels], timeout)
         if not ready_list:
             if settle_until is not None and time.monotonic() >= settle_until:
+                if _await_ends(processes, sentinels, pending, failures, died, dying_until):
+                    settle_until = time.monotonic() + _DYING_POLL
+                    continue
                 break  # the settling window after the first failure is over
             # A rank returned but does not exit (a thread it left running, a helper holding
             # its exit pipe): stop waiting for it; _stop ends it and what it left behind.
@@ -534,26 +596,51 @@ def _collect(
                 del sentinels[ready]
                 if conn is not None:
                     del pending[conn]
-                process = processes[rank]
-                process.join()
-                if rank not in results and not any(e.rank == rank for _, e in failures):
-                    failures.append(
-                        (
-                            # A death is noticed a moment after it happened, and its peers'
-                            # errors ("connection reset") follow it within that moment: date
-                            # it back so that the death, the cause, is the one named.
-                            time.monotonic() - DEATH_LEAD,
-                            SpawnError(
-                                f"rank {rank} of {total} "
-                                f"{_exit_description(process.exitcode)} without reporting a result",
-                                rank=rank,
-                            ),
-                        )
-                    )
+                died(rank)
         if failures and settle_until is None:
             # Other ranks fail in turn once the first one is gone; give their reports a moment
             # to arrive so the earliest failure, the cause, is the one named.
             settle_until = time.monotonic() + SETTLE
+            dying_until = time.monotonic() + DYING_WAIT
     if failures:
         raise _cause(failures, processes, total)
     return [results[rank] for rank in sorted(results)]
+
+
+def _await_ends(
+    processes: dict[int, multiprocessing.process.BaseProcess],
+    sentinels: dict[int, int],
+    pending: dict[Connection, int],
+    failures: list[tuple[float, SpawnError]],
+    died: Callable[..., None],
+    dying_until: float,
+) -> bool:
+    """At the end of the settling window: whether to go on waiting, because every failure so
+    far only says that a peer went away and a rank that has not reported is on its way out.
+
+    That rank is the cause, and its exit status must be named, not raced: a rank whose sockets
+    closed (its peers' reports are in) may still be closing its other descriptors, its exit
+    pipe among them (a device's teardown; a helper it forked holding a copy). One that has
+    ended is reaped and recorded here without waiting for that pipe; one still exiting is
+    waited for up to `DYING_WAIT` after the first failure, then named as such.
+    """
+    if not all(is_consequence(_first_line(e)) for _, e in failures):
+        return False
+    waiting = False
+    for sentinel, rank in list(sentinels.items()):
+        if any(e.rank == rank for _, e in failures):
+            continue  # it reported; its own exit says nothing more
+        state = end_state(processes[rank].pid)
+        conn = next((c for c, r in pending.items() if r == rank), None)
+        if state == "ended" and (conn is None or not conn.poll()):
+            del sentinels[sentinel]
+            if conn is not None:
+                del pending[conn]
+            died(rank)
+            waiting = True  # the loop ends at its next look, with the death in hand
+        elif state == "ending" or state == "ended":  # ending, or its report is still to read
+            if time.monotonic() < dying_until:
+                waiting = True
+            else:
+                died(rank, f"was still exiting {DYING_WAIT:g} s after the first failure")
+    return waiting

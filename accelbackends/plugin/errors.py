@@ -105,13 +105,28 @@ class SpawnError(AccelBackendsError):
     """A rank started by [`accelbackends.spawn`][accelbackends.spawn] failed.
 
     ``rank`` is the first rank that failed, ``traceback`` the text of its traceback (empty when
-    the process died without reporting, e.g. killed by a signal).
+    the process died without reporting, e.g. killed by a signal). Where the rank died without
+    reporting, ``death`` says how (``"was killed by SIGSEGV"``, ``"exited with code 3"``) and
+    ``exitcode`` is its exit status as `multiprocessing` gives it (a signal as its negative
+    number); ``consequences`` holds ``(rank, message)`` for each other rank whose error only
+    says that a peer went away.
     """
 
-    def __init__(self, message: str, *, rank: int, traceback: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int,
+        traceback: str = "",
+        death: str = "",
+        exitcode: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
+        self.death = death
+        self.exitcode = exitcode
+        self.consequences: tuple[tuple[int, str], ...] = ()
 
 
 class AccelBackendsWarning(UserWarning):

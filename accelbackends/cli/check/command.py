@@ -34,6 +34,7 @@ from .progress import read_progress
 from .rank import run_rank
 from .report import environment, failure_report, plot, print_json, verdict
 from .thresholds import Floor
+from .verdicts import Culprit
 
 if TYPE_CHECKING:
     from ...plugin.types import ClusterInfo, Selection
@@ -134,7 +135,7 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         # Rank 0 names a rank that stopped answering; otherwise spawn() names the rank that
         # failed first (rank 0's own error would blame the survivor).
         stalled = so_far.get("stalled") if exc.rank == 0 else None  # a rank failing first wins
-        error = stalled or first_line(exc)
+        error = stalled or _death_first(exc)
         base = {
             "world_size": nproc,
             "accelerator": selection.accelerator,
@@ -144,6 +145,8 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         if not options.json:
             _say_all([*held, *so_far.get("text", [])])
         report = failure_report(error, base | so_far)
+        if exc.death and not stalled:
+            report["culprits"] = [_dead_rank(exc, report["ranks"]).as_json()]
         # Every rank ran here: whatever failed, this node did not pass.
         report["failing_nodes"] = sorted(report["hosts"])
         _write_nodes(report, options)
@@ -154,6 +157,40 @@ def _standalone(options: Options, selection: Selection, nproc: int) -> int:
         with contextlib.suppress(OSError):
             os.remove(progress)
     return _finish(results[0], options, held)
+
+
+def _death_first(exc: SpawnError) -> str:
+    """spawn()'s error on one line: a rank's death first, with how it died, then each other
+    rank's "lost contact" as its consequence."""
+    return "; ".join(
+        [
+            first_line(exc),
+            *(f"{text} — a consequence of rank {exc.rank}'s death" for _, text in exc.consequences),
+        ]
+    )
+
+
+def _dead_rank(exc: SpawnError, ranks: list[dict[str, Any]]) -> Culprit:
+    """The culprit for a rank that died: its host and process id where the ranks had said them
+    (all ranks of a standalone run are on this host)."""
+    import socket
+
+    entry = next((r for r in ranks if r.get("rank") == exc.rank), {})
+    pid = f" (pid {entry['pid']})" if "pid" in entry else ""
+    host = str(entry.get("host") or socket.gethostname())
+    return Culprit("rank", (host,), (exc.rank,), f"{exc.death} without reporting a result{pid}")
+
+
+def _ended_rank(entry: tuple[int, int, str]) -> Culprit:
+    import socket
+
+    rank, pid, state = entry
+    return Culprit(
+        "rank",
+        (socket.gethostname(),),
+        (rank,),
+        f"{state} (pid {pid} on this host); its launcher has its exit status",
+    )
 
 
 def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo) -> int:
@@ -174,8 +211,12 @@ def _join_launcher(options: Options, selection: Selection, cluster: ClusterInfo)
                 so_far = _last_progress(exc)
                 if not options.json:
                     _say_all([*held, *so_far.get("text", [])])
-                # Which node is at fault is not known here: neither list names a node.
                 report = failure_report(first_line(exc), so_far)
+                # A rank seen to end on this host is the culprit (its exit status is the
+                # launcher's); otherwise which node is at fault is not known here.
+                ended = getattr(exc, "ended_peers", [])
+                report["culprits"] = [_ended_rank(entry).as_json() for entry in ended]
+                report["failing_nodes"] = sorted({c["hosts"][0] for c in report["culprits"]})
                 _write_nodes(report, options)
                 if options.json:
                     print_json(report)

@@ -16,7 +16,7 @@ from .links import measure_links
 from .progress import Progress
 from .report import link_lines, print_json, versions
 from .results import Result
-from .session import Session, control_group
+from .session import Session, control_group, pid_space
 from .sweep import copy_alone, sweep
 from .verdicts import empty_verdict, judge
 from .watchdog import Watchdog
@@ -64,6 +64,8 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
             init_seconds = max_over_ranks(ctx, session.control, [time.time() - started])[0]
         with watchdog.step("gathering the ranks' hosts and devices"):
             ranks = session.gather_objects(_whoami(ctx), "hosts and devices")
+        # Where each rank's process can be looked for when contact is lost; not in the report.
+        session.peers = {r["rank"]: (r["host"], r["pid"], r.pop("pid_space")) for r in ranks}
         progress.update(
             init_seconds=round(init_seconds, 4),
             hosts=sorted({r["host"] for r in ranks}),
@@ -161,4 +163,5 @@ def _whoami(ctx: Context) -> dict[str, Any]:
         "pid": os.getpid(),
         "local_rank": ctx.local_rank,
         "device": str(ctx.device),
+        "pid_space": pid_space(),
     }

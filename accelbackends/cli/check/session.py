@@ -8,9 +8,11 @@ cannot corrupt its own report.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from ...plugin import torchcompat
@@ -33,6 +35,7 @@ __all__ = [
     "Attempt",
     "Session",
     "control_group",
+    "pid_space",
 ]
 
 _T = TypeVar("_T")
@@ -85,6 +88,9 @@ class Session:
     #: Set when the ranks may no longer agree on the next collective (a call raised on some
     #: ranks only, or ran into the timeout): nothing more is sent over the backend under test.
     stopped: str = ""
+    #: Each rank's ``(host, pid, pid_space)`` by rank, once gathered: whom to look for when
+    #: contact is lost (see `_ended_peers`).
+    peers: dict[int, tuple[str, int, str]] = field(default_factory=dict)
 
     def say(self, text: str) -> None:
         """Print on rank 0, unless the report is JSON; with ``--quick``, keep it to print after
@@ -165,7 +171,55 @@ class Session:
         blame = self.heartbeat.explain()
         if blame:
             raise AccelBackendsError(f"{blame} (rank {self.ctx.rank} was {doing})") from exc
-        raise AccelBackendsError(
+        lost = (
             f"rank {self.ctx.rank} lost contact with the other ranks while {doing}{after} "
             f"({describe(exc)})"
-        ) from exc
+        )
+        ended = self._ended_peers()
+        if ended:
+            which = "rank" if len(ended) == 1 else "ranks"
+            error = AccelBackendsError(
+                f"{_ended_text(ended)}; {lost} — a consequence of {which} "
+                f"{', '.join(str(rank) for rank, _, _ in ended)} ending"
+            )
+            error.ended_peers = ended  # type: ignore[attr-defined]
+            raise error from exc
+        raise AccelBackendsError(lost) from exc
+
+    def _ended_peers(self) -> list[tuple[int, int, str]]:
+        """The ranks on this host (the same process-id space) whose process has ended or is
+        ending, as ``(rank, pid, "has ended" or "is ending")``. Under a launcher no parent of
+        theirs is ours: their exit status is the launcher's, and only their end can be seen
+        here. spawn()'s parent names its dead ranks with their exit status itself."""
+        from ...job.processes import end_state
+
+        if self.ctx.launcher == "spawn":
+            return []
+        mine = pid_space()
+        found = []
+        for rank, (host, pid, space) in sorted(self.peers.items()):
+            if rank == self.ctx.rank or host != socket.gethostname() or space != mine or not mine:
+                continue
+            # A peer whose sockets closed under us is in its exit already (they close there).
+            state = end_state(pid)
+            if state:
+                found.append((rank, pid, "has ended" if state == "ended" else "is ending"))
+        return found
+
+
+def pid_space() -> str:
+    """This process's process-id space: the boot and the pid namespace (two containers of one
+    host may share its name and network but not their process ids); empty where unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def _ended_text(ended: list[tuple[int, int, str]]) -> str:
+    """``rank 0 (pid 4242 on this host) has ended; its launcher has its exit status``."""
+    parts = [f"rank {rank} (pid {pid} on this host) {state}" for rank, pid, state in ended]
+    owner = "its launcher has its" if len(ended) == 1 else "their launcher has their"
+    return f"{', '.join(parts)}; {owner} exit status"
