@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import accelbackends
+from accelbackends.plugin import config
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -55,7 +57,8 @@ def test_info_json_has_the_documented_keys(cli: Cli) -> None:
         "master_port",
     }
     assert report["cluster"]["launcher"] == "single"
-    assert report["overrides"] == {}
+    # Only the suite's hermetic probe root (tests/conftest.py), which info shows like any other.
+    assert report["overrides"] == {config.PROBE_ROOT: os.environ[config.PROBE_ROOT]}
     assert report["versions"]["accelbackends"] == accelbackends.__version__
     assert report["versions"]["torch"].startswith("2.")
     # Built-ins are hidden by default, as pytest and llm do.

@@ -141,7 +141,8 @@ class Registry:
         env: The environment to read ``ACCELBACKENDS_*`` and launcher variables from
             (``os.environ`` itself by default, read live).
         root: The filesystem root that detection probes look under (default:
-            ``ACCELBACKENDS_PROBE_ROOT``, else ``/``).
+            ``ACCELBACKENDS_PROBE_ROOT`` of ``env``, else of the process environment, else
+            ``/``).
         detect_timeout: Seconds a probe, a third-party plugin's import or declaration, or the
             cluster-environment and selection hooks may take before they count as failed
             (default: ``ACCELBACKENDS_PLUGIN_TIMEOUT``, else 10).
@@ -158,7 +159,12 @@ class Registry:
         detect_timeout: float | None = None,
     ) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
-        self.root = config.read_probe_root(self.env) if root is None else Path(root)
+        if root is None:
+            # The machine is the process's, whatever job environment a caller injects: an
+            # injected env that names no probe root takes the process's own.
+            machine = self.env if config.PROBE_ROOT in self.env else os.environ
+            root = config.read_probe_root(machine)
+        self.root = Path(root)
         if detect_timeout is None:
             detect_timeout = config.read_seconds(self.env, config.PLUGIN_TIMEOUT) or DETECT_TIMEOUT
         self.detect_timeout = detect_timeout
