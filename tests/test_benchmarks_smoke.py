@@ -160,3 +160,20 @@ def test_exit_aborts_counts_a_documented_way_that_ends_cleanly(
     assert exit_aborts.main(args) == 0
     result = json.loads((tmp_path / "results" / "exit_aborts.json").read_text())
     assert result["counts"] == {"distributed": {"clean": 1, "aborted": 0, "failed": 0}}
+
+
+def test_gpu_benchmark_without_an_nvidia_gpu_says_so_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu.shutil, "which", lambda name: None)  # no nvidia-smi on the PATH
+    parser = argparse.ArgumentParser()
+    gpu.add_arguments(parser)
+    assert gpu.main(parser.parse_args(["--out", str(tmp_path / "gpu.json")])) == 2
+    assert "needs one" in capsys.readouterr().out
+    assert not (tmp_path / "gpu.json").exists()
+
+
+def test_all_leaves_out_the_gpu_benchmark() -> None:
+    assert "gpu" in entry.BENCHMARKS and "gpu" in entry.NOT_IN_ALL
