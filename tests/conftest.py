@@ -82,6 +82,10 @@ def clean_environment(
             monkeypatch.delenv(key)
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv(config.PROBE_ROOT, HERMETIC_ROOT)
+    # The command line wraps to COLUMNS where it is set (pytest-xdist's workers set it to 80):
+    # its tests start piped, as a script would, and give a width where they want one.
+    for size in ("COLUMNS", "LINES"):
+        monkeypatch.delenv(size, raising=False)
     accelbackends.destroy()
     accelbackends.reset()
     yield
