@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 #: Steps whose non-zero exit is the finding itself, not a failure of the lane.
-EXPECTED_TO_REFUSE = {"shared-gpu"}
+EXPECTED_TO_REFUSE = {"shared-gpu", "shared-gpu-gloo"}
 
 
 def _json_tail(path: Path) -> dict[str, Any] | None:
@@ -126,6 +126,15 @@ def main(out: Path, seconds: int) -> int:
         "| --- | --- | --- |",
         *(f"| {name} | {s} | {t} |" for name, (s, t) in steps.items()),
     ]
+    gloo = _json_tail(out / "shared-gpu-gloo.log")
+    if gloo is not None:
+        summary["shared_gpu_gloo"] = {
+            "verdict": gloo.get("verdict"),
+            "error": gloo.get("error"),
+            "culprits": gloo.get("culprits"),
+        }
+        lines += ["", f"GPU tensors over Gloo, two ranks on one GPU: {summary['shared_gpu_gloo']}"]
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if summary["shared_gpu"]:
         lines += ["", f"two ranks on one GPU: exit {shared[0]}: {summary['shared_gpu']['said']}"]
     for goal in summary["benchmark_goals"]:
