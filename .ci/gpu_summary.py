@@ -47,6 +47,24 @@ def _junit(path: Path) -> dict[str, int] | None:
     return total
 
 
+def _from_log(path: Path) -> dict[str, int] | None:
+    """Counts from pytest's -v lines (``PASSED``, ``FAILED`` ... after each test), for a run cut
+    at its time limit, which writes no junit report."""
+    if not path.exists():
+        return None
+    words = {"PASSED": "passed", "FAILED": "failures", "ERROR": "errors", "SKIPPED": "skipped"}
+    counts = dict.fromkeys(["passed", "failures", "errors", "skipped"], 0)
+    for line in path.read_text(errors="replace").splitlines():
+        for word, key in words.items():
+            # Not the short summary at the end ("FAILED tests/...::test - why"), which -rfEs
+            # adds for what the per-test lines already counted.
+            if f" {word} " in f" {line} " and "::" in line and not line.startswith(word):
+                counts[key] += 1
+                break
+    counts["tests"] = sum(counts.values())
+    return counts if counts["tests"] else None
+
+
 def _counts(counts: dict[str, int] | None, status: int | None) -> str:
     if counts is None:
         return "did not run" if status is None else f"no report (exit {status})"
@@ -66,8 +84,8 @@ def main(out: Path, seconds: int) -> int:
         name, status, took = line.split()
         steps[name] = (int(status), int(took))
     facts = _json_tail(out / "facts.log") or {}
-    suite = _junit(out / "suite.xml")
-    gpu_tests = _junit(out / "gpu-tests.xml")
+    suite = _junit(out / "suite.xml") or _from_log(out / "suite.log")
+    gpu_tests = _junit(out / "gpu-tests.xml") or _from_log(out / "gpu-tests.log")
     check = _json_tail(out / "check-json.log") or {}
     bench = _json_tail(out / "benchmark.json") or {}
     init = (bench.get("init") or {}).get("1", {})
