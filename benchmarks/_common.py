@@ -147,11 +147,12 @@ def interleaved(
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the variables that would change what is measured."""
+    """This process's environment without the variables that would change what is measured;
+    ``ACCELBACKENDS_PROBE_ROOT`` stays (the machine a test suite set up: no accelerator)."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("ACCELBACKENDS_")
+        if (not key.startswith("ACCELBACKENDS_") or key == "ACCELBACKENDS_PROBE_ROOT")
         and key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
         and not key.startswith("PYTHONPROFILE")
     }

@@ -36,13 +36,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from ._common import clean_env
 
 #: Each documented way, and its plain twin.
 TWINS = {
@@ -194,8 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _one(script: Path, way: str, folder: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBACKENDS_")}
-    env["PYTHONUNBUFFERED"] = "1"
+    env = clean_env(PYTHONUNBUFFERED="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     result = subprocess.run(
         [*command, "--nproc-per-node", "2", str(script), way],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,10 +42,8 @@ BUILTIN_ACCELERATORS = sorted(name for name, _ in accelerators.BUILTIN)
 #: An environment in which only the CPU can be chosen, whatever hardware the test machine has.
 CPU_ONLY = {"ACCELBACKENDS_DISABLE": ",".join(a for a in BUILTIN_ACCELERATORS if a != "cpu")}
 
-#: Launcher and ACCELBACKENDS_* variables that would make a test see the developer's shell
-#: instead of its own set-up (the testing kit's lists, which plugin authors use too).
-_LAUNCHER_PREFIXES = kit_cluster.LAUNCHER_PREFIXES
-_LAUNCHER_VARS = kit_cluster.LAUNCHER_VARIABLES
+#: Open MPI's remote-shell agent: which program it starts daemons with.
+_RSH_AGENT = "OMPI_MCA_plm_rsh_agent"
 
 
 #: Plugins installed in the environment before the tests started (e.g. the packages in plugins/):
@@ -78,10 +77,14 @@ def clean_environment(
     monkeypatch.setattr(_registry, "_entry_points", _entry_points_of_this_test)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     for key in list(os.environ):
-        if key.startswith(_LAUNCHER_PREFIXES) or key in _LAUNCHER_VARS:
+        if kit_cluster.is_launcher_variable(key):
             monkeypatch.delenv(key)
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv(config.PROBE_ROOT, HERMETIC_ROOT)
+    if not any(shutil.which(agent) for agent in ("ssh", "rsh")):
+        # Open MPI refuses to start, even alone on one machine (mpirun, or a singleton such as
+        # Lightning's mpi4py import), where its rsh agent is not on PATH; `false` never runs.
+        monkeypatch.setenv(_RSH_AGENT, os.environ.get(_RSH_AGENT, "false"))
     # The command line wraps to COLUMNS where it is set (pytest-xdist's workers set it to 80):
     # its tests start piped, as a script would, and give a width where they want one.
     for size in ("COLUMNS", "LINES"):

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _LAUNCHER_PREFIXES, _LAUNCHER_VARS, run_cli
+from conftest import run_cli
 
 import accelbackends
 from accelbackends.cli import check
 from accelbackends.plugin import torchcompat
+from accelbackends.testing.cluster import clean_environment
 
 #: Tiny sweeps keep every run to a few seconds on a 2-core machine.
 QUICK = ("--min-bytes", "1KiB", "--max-bytes", "8KiB", "--iters", "2", "--warmup", "1")
@@ -220,12 +221,7 @@ def _checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _child_env(**extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_LAUNCHER_PREFIXES) and key not in _LAUNCHER_VARS
-    }
-    return {**env, **extra}
+    return {**clean_environment(os.environ), **extra}
 
 
 # -- standalone runs ----------------------------------------------------------------------------

@@ -382,5 +382,7 @@ def test_the_quick_hook_lookup_answers_as_pluggy_does_for_every_name_of_every_pl
             expected = plain.parse_hookimpl_opts(module, name)
             assert quick.parse_hookimpl_opts(module, name) == expected, (module, name)
             found += expected is not None
-    assert quick.parse_hookimpl_opts(odd, "static") is not None
+    # A plain function is hookable on every pluggy (a module's staticmethod only on newer ones,
+    # which the loop above compares with whatever pluggy is installed).
+    assert quick.parse_hookimpl_opts(odd, "plain") is not None
     assert found > len(BUILTIN_PLUGINS)  # every built-in implements at least one hook

@@ -313,6 +313,20 @@ def test_clean_environment_drops_launcher_and_accelbackends_variables_only() -> 
     assert clean_environment(env) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0"}
 
 
+def test_clean_environment_keeps_the_machines_settings() -> None:
+    # Which machine the test set up, and how Open MPI runs on it, are not a launch.
+    env = {
+        "ACCELBACKENDS_PROBE_ROOT": "/tmp/host",
+        "OMPI_MCA_plm_rsh_agent": "false",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "ACCELBACKENDS_ACCELERATOR": "cpu",
+    }
+    assert clean_environment(env) == {
+        "ACCELBACKENDS_PROBE_ROOT": "/tmp/host",
+        "OMPI_MCA_plm_rsh_agent": "false",
+    }
+
+
 def test_clean_environment_drops_every_variable_a_built_in_environment_reads() -> None:
     """A test run inside a real job (an MVAPICH allocation, a SageMaker instance) must not leak
     that job's variables into the jobs it starts: every upper-case name with an underscore that

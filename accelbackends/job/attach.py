@@ -76,24 +76,13 @@ def _cluster_for_group(registry: Registry, rank: int, world_size: int) -> Cluste
     return cluster
 
 
-def _runtime_started(device_type: str) -> bool:
-    """Has this process started ``device_type``'s runtime? torch names device 0 as current on
-    any machine that has a GPU, whether or not anything chose it; a framework that made a
-    device current has started the runtime (``torch.cuda.set_device`` does). Where the runtime
-    cannot tell (no ``is_initialized``), the current device is taken as chosen."""
-    import torch
-
-    started = getattr(getattr(torch, device_type, None), "is_initialized", None)
-    return True if started is None else bool(started())
-
-
 def _framework_device(selection: Selection, local_rank: int) -> Any:
     """The device the framework made current, or the one accelbackends would bind."""
     import torch
 
     # None on a CUDA or XPU build of torch with no device present (torchcompat says how).
-    current = torchcompat.current_accelerator_device()
-    if current is not None and _runtime_started(current.type):
+    current = torchcompat.current_accelerator_device(started_only=True)
+    if current is not None:
         return current
     if selection.accelerator == "cpu":
         return torch.device("cpu")

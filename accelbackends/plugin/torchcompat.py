@@ -228,8 +228,13 @@ def is_xccl_available() -> bool:
     return bool(check()) if check is not None else False
 
 
-def current_accelerator_device() -> Any:
+def current_accelerator_device(*, started_only: bool = False) -> Any:
     """The device torch's current accelerator has made current, or None where there is none.
+
+    torch names device 0 as current on any machine with a GPU, whether or not anything chose
+    it, and asking for the index starts the device runtime (a CUDA context). With
+    ``started_only``, None unless this process has already started that runtime (a framework
+    that made a device current has: ``torch.cuda.set_device`` does), and nothing is started.
 
     ``torch.accelerator`` exists from torch 2.6. On a CUDA (or XPU) build with no device or
     driver (the usual ``pip install torch`` on a CPU node), ``current_accelerator()`` still
@@ -252,8 +257,19 @@ def current_accelerator_device() -> Any:
             current = None
     if current is None:
         return None
+    if started_only and not _runtime_started(current.type):
+        return None
     index = getattr(accelerator, "current_device_index", None) or accelerator.current_device_idx
     return torch.device(current.type, index())
+
+
+def _runtime_started(device_type: str) -> bool:
+    """Has this process started ``device_type``'s runtime (``torch.cuda.is_initialized()``)?
+    Where the runtime cannot tell (no ``is_initialized``), it counts as started."""
+    import torch
+
+    started = getattr(getattr(torch, device_type, None), "is_initialized", None)
+    return True if started is None else bool(started())
 
 
 def group_timeout(group: Any) -> float | None:

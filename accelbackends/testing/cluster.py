@@ -25,20 +25,24 @@ __all__ = [
     "LAUNCHER_PREFIXES",
     "LAUNCHER_VARIABLES",
     "clean_environment",
+    "is_launcher_variable",
     "launcher_env",
 ]
 
 
+def is_launcher_variable(key: str) -> bool:
+    """Does ``key`` make a process look launched (or configure accelbackends)? Not the machine's
+    settings: ``ACCELBACKENDS_PROBE_ROOT`` (which machine the test set up: a hermetic suite's
+    tree without accelerators) and Open MPI's ``OMPI_MCA_*`` parameters (how MPI runs here)."""
+    if key == PROBE_ROOT or key.startswith("OMPI_MCA_"):
+        return False
+    return key.startswith(LAUNCHER_PREFIXES) or key in LAUNCHER_VARIABLES
+
+
 def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without launcher variables and without ``ACCELBACKENDS_*`` variables, except
-    ``ACCELBACKENDS_PROBE_ROOT``: that one says which machine the test set up (a hermetic
-    suite's tree without accelerators), not how the job is launched, and children keep it."""
-    return {
-        key: value
-        for key, value in env.items()
-        if key == PROBE_ROOT
-        or (not key.startswith(LAUNCHER_PREFIXES) and key not in LAUNCHER_VARIABLES)
-    }
+    """``env`` without launcher variables and ``ACCELBACKENDS_*`` variables (see
+    `is_launcher_variable`); children keep the machine's settings."""
+    return {key: value for key, value in env.items() if not is_launcher_variable(key)}
 
 
 def _torchrun(job: _Job) -> dict[str, str]:

@@ -42,7 +42,14 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedPro
         capture_output=True,
         text=True,
         timeout=360,
-        env={**clean_environment(os.environ), "PYTHONUNBUFFERED": "1", **env},
+        # The frameworks pick their device through torch, which the suite's probe root does
+        # not hide: these CPU runs show torch no GPU (the tests marked gpu run on the device).
+        env={
+            **clean_environment(os.environ),
+            "PYTHONUNBUFFERED": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            **env,
+        },
         check=False,
     )
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from accelbackends.testing.cluster import clean_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,9 +44,8 @@ def environment(**extra: str) -> dict[str, str]:
     with this source tree first on the path."""
     env = {
         k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACCELBACKENDS_", "TORCH_DEVICE_BACKEND"))
-        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        for k, v in clean_environment(os.environ).items()
+        if not k.startswith("TORCH_DEVICE_BACKEND")
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(extra)
