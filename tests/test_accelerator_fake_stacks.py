@@ -155,7 +155,7 @@ def test_more_local_ranks_than_visible_gaudi_modules_fails_naming_both_numbers(
     for report in run(tree, stack, HABANA_VISIBLE_MODULES="4"):
         assert report["error"]["type"] == "ConfigError"
         message = report["error"]["message"]
-        assert "2 local ranks but only 1 Gaudi modules are visible" in message
+        assert "2 local ranks but only 1 Gaudi module is visible" in message
         assert "(HABANA_VISIBLE_MODULES='4')" in message
         assert "cannot be shared between processes" in message
 

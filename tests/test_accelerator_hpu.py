@@ -115,7 +115,7 @@ def test_more_local_ranks_than_visible_modules_cannot_share() -> None:
     env = {"HABANA_VISIBLE_MODULES": "2", "ACCELBACKENDS_SHARE_DEVICES": "1"}
     with pytest.raises(ConfigError) as caught:
         _module(1, 2, env)
-    assert "2 local ranks but only 1 Gaudi modules are visible" in str(caught.value)
+    assert "2 local ranks but only 1 Gaudi module is visible" in str(caught.value)
     assert "cannot be shared between processes" in str(caught.value)
 
 

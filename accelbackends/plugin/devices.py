@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from . import config
 from .errors import ConfigError
+from .text import plural
 
 __all__ = [
     "SHARE_DEVICES",
@@ -270,8 +271,9 @@ def device_index(
         if shareable
         else f"; {what} cannot be shared between processes"
     )
+    # `what` is plural ("GPUs", "Gaudi modules"): one device is "1 GPU is visible".
+    only = f"{count} {what[:-1]} is" if count == 1 and what.endswith("s") else f"{count} {what} are"
     raise ConfigError(
-        f"this node runs {local_world_size} local ranks but only {count} {what} are "
-        f"visible{source}; start at most {count} ranks per node or make more {what} "
-        f"visible{share}"
+        f"this node runs {local_world_size} local ranks but only {only} visible{source}; start at "
+        f"most {count} {plural(count, 'rank')} per node or make more {what} visible{share}"
     )

@@ -126,7 +126,8 @@ def test_more_ranks_than_gpus_fails_naming_both_numbers_and_sharing_opts_in() ->
     n = gpus()
     for report in run(n + 1):
         assert report["error"]["type"] == "ConfigError"
-        assert f"{n + 1} local ranks but only {n} GPUs are visible" in report["error"]["message"]
+        visible = "1 GPU is visible" if n == 1 else f"{n} GPUs are visible"
+        assert f"{n + 1} local ranks but only {visible}" in report["error"]["message"]
     shared = run(n + 1, ACCELBACKENDS_SHARE_DEVICES="1", ACCELBACKENDS_BACKEND="gloo")
     assert [r.get("device") for r in shared] == [f"cuda:{i % n}" for i in range(n + 1)]
 
