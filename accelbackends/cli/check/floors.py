@@ -2,11 +2,13 @@
 GPUs per node and NIC rate, and the pick of the rule that matches what the ranks found.
 
 The file has one rule per line; ``#`` starts a comment. A line is the rule's kind, then
-``field=value`` pairs (values with spaces in double quotes)::
+``field=value`` pairs (values with spaces in double quotes):
 
-    device_copy model=*H200*                gbps=3840 why="0.8 x 4.8 TB/s (NVIDIA's spec)"
-    busbw       model=*H200* link=nvlink gpus=8 gbps=259  why="0.7 x ~370 GB/s ring"
-    busbw       link=nic nic_gbps=400        gbps=32   why="0.7 x 46 GB/s, one 400 Gb/s NIC"
+```
+device_copy model=*H200*                gbps=3840 why="0.8 x 4.8 TB/s (NVIDIA's spec)"
+busbw       model=*H200* link=nvlink gpus=8 gbps=259  why="0.7 x ~370 GB/s ring"
+busbw       link=nic nic_gbps=400        gbps=32   why="0.7 x 46 GB/s, one 400 Gb/s NIC"
+```
 
 ``device_copy`` holds each rank's device memory copy (read+write, GB/s); ``busbw`` holds the
 collectives' busbw at the largest size (every swept operation, or ``op=``). ``model`` is a
@@ -67,7 +69,8 @@ class FloorRule:
             if value is not None
         ]
         matched = ", ".join(keys) or "any node"
-        return f"{self.kind} >= {self.gbps:g} GB/s ({matched}; {self.where}): {self.why}"
+        what = "device copy" if self.kind == "device_copy" else "collective bandwidth"
+        return f"{what} >= {self.gbps:g} GB/s ({matched}; {self.where}): {self.why}"
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,7 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     floors["health"] = [problem for _, problem in floors["health"]]
     report["floors"] = floors
     signature = fell_back(report, floors)
-    if signature:
-        report["signatures"] = [signature]
+    report["signatures"] = [signature] if signature else []
     report["ok"] = report["verdict"] == "PASSED"
     if progress.report.get("text"):
         report["text"] = progress.report["text"]  # --quick's held lines; never in the JSON
@@ -241,16 +240,18 @@ def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any
         "busbw_floor": None,
     }
     lines = [f"floors: {topology.describe()}; rules from {options.rules_from or 'nowhere'}"]
+    names = {"busbw": "bandwidth floor", "device_copy": "device copy floor"}
     for kind in ("busbw", "device_copy"):
         rule = match(options.rules, kind, topology)
+        name = names[kind]
         if kind == "busbw" and ctx.world_size == 1:
-            lines.append("  busbw: not judged: one rank has no collective bandwidth")
+            lines.append(f"  {name}: not judged: one rank has no collective bandwidth")
             continue
         if kind == "busbw" and options.min_busbw:
-            lines.append(f"  busbw: {options.min_busbw[0].source} (given, wins over the rules)")
+            lines.append(f"  {name}: {options.min_busbw[0].source} (given, wins over the rules)")
             continue
         if rule is None:
-            lines.append(f"  {kind}: no rule matched: correctness only for it")
+            lines.append(f"  {name}: no rule matched: correctness only for it")
             continue
         source = f"the floor of {rule.where} ({rule.why})"
         picked[kind] = {
@@ -259,12 +260,14 @@ def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any
             "rule": rule.describe(),
             "link": rule.link,
         }
-        lines.append(f"  {kind}: matched {rule.describe()}")
+        lines.append(f"  {name}: matched {rule.describe()}")
         if kind == "busbw":
             picked["busbw_floor"] = Floor(None, rule.gbps, source)
     if ctx.world_size > 1 and picked["device_copy"]:
         # Each rank's own copy is measured with one rank only (for now): say so.
-        lines.append("  device_copy: held with one rank only; run check with --nproc 1 per GPU")
+        lines.append(
+            "  device copy floor: held with one rank only; run check with --nproc 1 per GPU"
+        )
         picked["device_copy"] = None
     lines += [f"  health: {problem}" for _, problem in picked["health"]]
     for line in lines:

@@ -180,6 +180,7 @@ def empty_verdict() -> dict[str, Any]:
         "unpinned": [],
         "not_judged": [],
         "floors": None,
+        "signatures": [],
     }
 
 
