@@ -147,10 +147,10 @@ def test_a_threshold_miss_of_several_nodes_fails_the_job_saying_no_node_is_pinne
     assert verdict["verdict"] == "FAILED" and verdict["failing_nodes"] == []
     assert verdict["passing_nodes"] == ["n0", "n1"] and verdict["culprits"] == []
     assert verdict["unpinned"] == [
-        "1 size below the --min-busbw floor (a collective of every rank missed it)"
+        "1 size below the busbw floor (a collective of every rank missed it)"
     ]
     text = _verdict_text(report, verdict)
-    assert "not pinned to a node: 1 size below the --min-busbw floor (a collective" in text
+    assert "not pinned to a node: 1 size below the busbw floor (a collective" in text
 
 
 def test_a_threshold_or_baseline_miss_of_a_one_node_job_fails_that_node() -> None:
@@ -174,19 +174,19 @@ def test_a_threshold_or_baseline_miss_of_a_one_node_job_fails_that_node() -> Non
             "kind": "node",
             "hosts": ["vm"],
             "ranks": [0, 1],
-            "reason": "the job's only node: 2 sizes below the --min-busbw floor; "
+            "reason": "the job's only node: 2 sizes below the busbw floor; "
             "1 size below the baseline",
         }
     ]
     assert verdict["unpinned"] == []
     lines = _verdict_text(report, verdict).splitlines()
     assert lines[0].startswith(
-        "verdict: FAILED: 2 sizes below the --min-busbw floor, 1 size below the baseline ("
+        "verdict: FAILED: 2 sizes below the busbw floor, 1 size below the baseline ("
     )
     assert lines[1:4] == [
         "failing nodes (1 of 1): vm",
         "passing nodes (0 of 1): -",
-        "  node vm (ranks 0, 1): the job's only node: 2 sizes below the --min-busbw floor; "
+        "  node vm (ranks 0, 1): the job's only node: 2 sizes below the busbw floor; "
         "1 size below the baseline",
     ]
 
@@ -365,14 +365,14 @@ def test_min_busbw_missed_exits_1_with_the_verdict_naming_the_size(tmp_path: Pat
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict:"))
-    assert lines[verdict].startswith("verdict: FAILED: 2 sizes below the --min-busbw floor (")
+    assert lines[verdict].startswith("verdict: FAILED: 2 sizes below the busbw floor (")
     # The job's only node took every rank of the collectives that missed: it is the failing one.
     host = (tmp_path / "failing").read_text().strip()
     assert host and "\n" not in host
     assert lines[verdict + 1 : verdict + 4] == [
         f"failing nodes (1 of 1): {host}",
         "passing nodes (0 of 1): -",
-        f"  node {host} (ranks 0, 1): the job's only node: 2 sizes below the --min-busbw floor",
+        f"  node {host} (ranks 0, 1): the job's only node: 2 sizes below the busbw floor",
     ]
     assert lines[verdict + 4].startswith("  all_reduce 8 KiB: busbw ")
     assert lines[verdict + 4].endswith(" GB/s below --min-busbw 1000 GB/s")
@@ -483,7 +483,7 @@ def test_quick_text_report_opens_with_the_verdict_and_the_steps_follow() -> None
     result = run_cli("check", "--quick", "--min-busbw", "1000")
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("verdict: FAILED: 2 sizes below the --min-busbw floor (")
+    assert lines[0].startswith("verdict: FAILED: 2 sizes below the busbw floor (")
     assert lines[1].startswith("failing nodes (1 of 1): ")
     assert lines[2] == "passing nodes (0 of 1): -"
     assert [line[:5] for line in lines if line.startswith("[")] == [

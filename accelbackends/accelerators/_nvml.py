@@ -25,7 +25,7 @@ from typing import Any
 from ..plugin import Probe, config
 from ..plugin.errors import first_line
 
-__all__ = ["NVML", "Gpu", "NvmlReport", "query"]
+__all__ = ["NVML", "Gpu", "GpuLinks", "NvmlReport", "query", "query_links"]
 
 NVML = config.NVML
 _MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -102,18 +102,18 @@ def _read(nvml: Any, source: str) -> NvmlReport:
             nvml.nvmlShutdown()
 
 
-def query(probe: Probe) -> NvmlReport:
-    """The GPUs NVML lists, or why it could not say. Never raises."""
+def _binding(probe: Probe) -> tuple[Any, str] | str:
+    """The NVML module to ask and its name, or why none is asked (`ACCELBACKENDS_NVML`)."""
     setting = (probe.env.get(NVML) or "auto").strip()
     if setting.lower() in _OFF:
-        return NvmlReport(None, error=f"NVML is turned off by {NVML}={setting}")
+        return f"NVML is turned off by {NVML}={setting}"
     if setting.lower() in _AUTO:
         if probe.root != Path("/"):
-            return NvmlReport(None, error=f"NVML not asked for a probe root other than / ({NVML})")
+            return f"NVML not asked for a probe root other than / ({NVML})"
         if not any(os.path.exists(sign) for sign in DRIVER_SIGNS):
             *others, last = DRIVER_SIGNS
             signs = f"{', '.join(others)} or {last}" if others else last
-            return NvmlReport(None, error=f"no NVIDIA driver: no {signs}")
+            return f"no NVIDIA driver: no {signs}"
         try:
             import pynvml  # type: ignore[import-not-found, unused-ignore]
         except Exception:
@@ -121,17 +121,166 @@ def query(probe: Probe) -> NvmlReport:
 
             library = load()
             if library is None:
-                return NvmlReport(None, error=f"{LIBRARY} not found")
-            return _read(library, LIBRARY)
-        return _read(pynvml, "pynvml")
+                return f"{LIBRARY} not found"
+            return library, LIBRARY
+        return pynvml, "pynvml"
     if not _MODULE.fullmatch(setting):
-        return NvmlReport(
-            None,
-            error=f"{NVML}={setting!r} is not valid; use auto, off, or the name of a module "
-            "with pynvml's functions",
+        return (
+            f"{NVML}={setting!r} is not valid; use auto, off, or the name of a module "
+            "with pynvml's functions"
         )
     try:
         module = importlib.import_module(setting)
     except Exception as exc:
-        return NvmlReport(None, error=f"{NVML}={setting}: cannot import it: {first_line(exc)}")
-    return _read(module, setting)
+        return f"{NVML}={setting}: cannot import it: {first_line(exc)}"
+    return module, setting
+
+
+def query(probe: Probe) -> NvmlReport:
+    """The GPUs NVML lists, or why it could not say. Never raises."""
+    found = _binding(probe)
+    if isinstance(found, str):
+        return NvmlReport(None, error=found)
+    return _read(*found)
+
+
+#: NVML's limit on NVLinks per GPU (``NVML_NVLINK_MAX_LINKS``, 18 on Hopper).
+NVLINK_MAX_LINKS = 18
+#: ``nvmlDeviceGetTotalEccErrors`` arguments: uncorrected errors since the driver loaded.
+_ECC_UNCORRECTED, _ECC_VOLATILE = 1, 0
+#: Throttle reasons that say the GPU is slowed by a fault, not by idling or its clocks
+#: settings (nvml.h's ``nvmlClocksEventReason*``): HW slowdown, SW and HW thermal slowdown,
+#: HW power brake.
+_THROTTLE_FAULTS = {
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+
+
+@dataclass(frozen=True)
+class GpuLinks:
+    """What NVML says of one GPU's links and health; ``missing`` says what it could not."""
+
+    index: int
+    name: str
+    pci: str | None
+    pcie: tuple[int | None, int | None, int | None, int | None]  # gen, width, max gen, max width
+    nvlinks: int | None
+    nvlinks_total: int | None
+    health: tuple[str, ...]
+    missing: dict[str, str]
+
+
+def _call(nvml: Any, function: str, *args: Any) -> Any:
+    """``nvml.function(*args)``; raises AttributeError where this binding lacks it."""
+    return getattr(nvml, function)(*args)
+
+
+def _why(exc: Exception, source: str) -> str:
+    if isinstance(exc, AttributeError):
+        return f"not read: {source} does not offer it"
+    return f"not read: NVML ({source}): {first_line(exc)}"
+
+
+def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    missing: dict[str, str] = {}
+    pci = None
+    try:
+        info = _call(nvml, "nvmlDeviceGetPciInfo", handle)
+        pci = _text(getattr(info, "busId", "")).lower() or None
+        if pci is not None and len(pci.split(":")[0]) == 8:  # NVML pads the domain to 8 digits
+            pci = pci[4:]
+    except Exception as exc:
+        missing["pci"] = _why(exc, source)
+    pcie: list[int | None] = []
+    for function in (
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+    ):
+        try:
+            pcie.append(int(_call(nvml, function, handle)))
+        except Exception as exc:
+            pcie.append(None)
+            missing.setdefault("pcie", _why(exc, source))
+    nvlinks: int | None = None
+    total: int | None = None
+    try:
+        _call(nvml, "nvmlDeviceGetNvLinkState", handle, 0)
+    except AttributeError as exc:
+        missing["nvlink"] = _why(exc, source)
+    except Exception:  # link 0 is not supported: this GPU has no NVLink
+        nvlinks, total = 0, 0
+    else:
+        nvlinks, total = 0, 0
+        for link in range(NVLINK_MAX_LINKS):
+            try:
+                state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
+            except Exception:  # beyond this GPU's links
+                continue
+            total += 1
+            nvlinks += 1 if int(state) == 1 else 0
+    health: list[str] = []
+    try:
+        errors = int(
+            _call(nvml, "nvmlDeviceGetTotalEccErrors", handle, _ECC_UNCORRECTED, _ECC_VOLATILE)
+        )
+        if errors:
+            health.append(f"ECC: {errors} uncorrected memory errors since the driver loaded")
+    except Exception as exc:  # ECC off, or not an ECC GPU
+        missing["ecc"] = _why(exc, source)
+    try:
+        if int(_call(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", handle)):
+            health.append("retired pages pending: the GPU needs a reset to retire them")
+    except Exception as exc:  # Ampere and later remap rows instead
+        missing["retired_pages"] = _why(exc, source)
+    try:
+        _, _, pending, failed = _call(nvml, "nvmlDeviceGetRemappedRows", handle)
+        if failed:
+            health.append("row remapping failed: the GPU has memory it cannot repair")
+        elif pending:
+            health.append("row remapping pending: the GPU needs a reset")
+    except Exception as exc:
+        missing["remapped_rows"] = _why(exc, source)
+    try:
+        reasons = int(_call(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle))
+        faults = [text for bit, text in _THROTTLE_FAULTS.items() if reasons & bit]
+        if faults:
+            health.append(f"throttled: {', '.join(faults)} (reasons 0x{reasons:x})")
+    except Exception as exc:
+        missing["throttle"] = _why(exc, source)
+    return GpuLinks(
+        index,
+        _text(nvml.nvmlDeviceGetName(handle)),
+        pci,
+        (pcie[0], pcie[1], pcie[2], pcie[3]),
+        nvlinks,
+        total,
+        tuple(health),
+        missing,
+    )
+
+
+def query_links(probe: Probe) -> tuple[list[GpuLinks] | None, str, str]:
+    """Each GPU's links and health as NVML says them, the binding's name, and why NVML could not
+    answer (``""`` where it did). Never raises."""
+    found = _binding(probe)
+    if isinstance(found, str):
+        return None, "", found
+    nvml, source = found
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        return None, source, f"NVML ({source}) failed: {first_line(exc)}"
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        return [_gpu_links(nvml, source, i) for i in range(count)], source, ""
+    except Exception as exc:
+        return None, source, f"NVML ({source}) failed: {first_line(exc)}"
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

@@ -88,3 +88,28 @@ class _CtypesNvml:
             "nvmlDeviceGetMigDeviceHandleByIndex", handle, ctypes.c_uint(index), ctypes.byref(mig)
         )
         return mig
+
+    def _uint(self, function: str, handle: ctypes.c_void_p, *args: int) -> int:
+        value = ctypes.c_uint(0)
+        self._call(function, handle, *(ctypes.c_uint(a) for a in args), ctypes.byref(value))
+        return value.value
+
+    # The link facts `info` and `check` read (nvml.h's signatures: the handle, then unsigned
+    # int arguments, then the unsigned int answer).
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: ctypes.c_void_p) -> int:
+        return self._uint("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: ctypes.c_void_p) -> int:
+        return self._uint("nvmlDeviceGetCurrPcieLinkWidth", handle)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: ctypes.c_void_p) -> int:
+        return self._uint("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: ctypes.c_void_p) -> int:
+        return self._uint("nvmlDeviceGetMaxPcieLinkWidth", handle)
+
+    def nvmlDeviceGetNvLinkState(self, handle: ctypes.c_void_p, link: int) -> int:
+        return self._uint("nvmlDeviceGetNvLinkState", handle, link)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: ctypes.c_void_p) -> int:
+        return self._uint("nvmlDeviceGetRetiredPagesPendingStatus", handle)

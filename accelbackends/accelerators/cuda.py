@@ -37,10 +37,12 @@ from ..plugin.devices import (
     rocm_visible,
     shares_devices,
 )
+from ..plugin.links import pcie_link
 from ..plugin.locality import pci_locality, visible_localities
 from ..plugin.packages import TorchBuild, nccl, torch_build
 from ..plugin.text import plural
-from ._nvml import Gpu, NvmlReport, query
+from ..plugin.types import DeviceLinks, PcieLink
+from ._nvml import Gpu, GpuLinks, NvmlReport, query, query_links
 
 __all__ = [
     "EAGER_INIT",
@@ -315,6 +317,95 @@ def _locality(probe: Probe) -> list[Locality | None]:
         return found[0] if len(found) == 1 else None
 
     return visible_localities(physical, visible, by_uuid)
+
+
+def _links(probe: Probe) -> list[DeviceLinks]:
+    """Each NVIDIA GPU's links, in NVML's order: its model, NVLinks and health from NVML where
+    it answers, its PCIe link and NUMA node from sysfs (NVML's PCIe figures where sysfs has
+    none). Without NVML, the GPUs the driver lists in ``/proc/driver/nvidia/gpus`` with what
+    sysfs shows, and the NVML facts said to be missing."""
+    listed = sysfs.listing(probe.path("/proc/driver/nvidia/gpus"), _PCI_ADDRESS)
+    addresses = sorted(entry.name.lower() for entry in listed)
+    from_nvml, source, why = query_links(probe)
+    if from_nvml is None:
+        no_nvml = f"not read: {why}"
+        return [
+            _device_links(probe, index, address, None, no_nvml, source)
+            for index, address in enumerate(addresses)
+        ]
+    return [
+        _device_links(
+            probe,
+            gpu.index,
+            gpu.pci or (addresses[gpu.index] if gpu.index < len(addresses) else None),
+            gpu,
+            "",
+            source,
+        )
+        for gpu in from_nvml
+    ]
+
+
+def _device_links(
+    probe: Probe,
+    index: int,
+    address: str | None,
+    gpu: GpuLinks | None,
+    no_nvml: str,
+    source: str,
+) -> DeviceLinks:
+    sources: dict[str, str] = {}
+    missing: dict[str, str] = dict(gpu.missing) if gpu else {}
+    model = gpu.name if gpu else None
+    if gpu:
+        sources["model"] = sources["nvlink"] = sources["health"] = f"NVML ({source})"
+        if "nvlink" in missing:
+            del sources["nvlink"]
+    else:
+        missing |= {"nvlink": no_nvml, "health": no_nvml}
+        information = probe.path(f"/proc/driver/nvidia/gpus/{address}/information")
+        model = sysfs.read_keyed(information, ":").get("Model") if address else None
+        if model:
+            sources["model"] = str(information)
+        else:
+            missing["model"] = no_nvml
+    pcie: PcieLink | None = None
+    numa = None
+    if address is not None and (gpu is None or gpu.pci is None):
+        sources["pci"] = str(probe.path("/proc/driver/nvidia/gpus"))
+        missing.pop("pci", None)
+    elif address is not None:
+        sources["pci"] = f"NVML ({source})"
+    if address is None:
+        missing["pci"] = "not read: the GPU's PCI address is not known"
+    else:
+        device = probe.path(f"/sys/bus/pci/devices/{address}")
+        pcie = pcie_link(device)
+        locality = pci_locality(device, address)
+        numa = locality.numa_node if locality else None
+        if numa is not None:
+            sources["numa_node"] = str(device / "numa_node")
+        else:
+            missing["numa_node"] = f"not read: {device / 'numa_node'} unreadable or -1"
+    if pcie is None and gpu is not None and gpu.pcie != (None,) * 4:
+        pcie = PcieLink(*gpu.pcie, source=f"NVML ({source})")
+    if pcie is not None:
+        sources["pcie"] = pcie.source
+        missing.pop("pcie", None)
+    else:
+        missing.setdefault("pcie", f"not read: no PCIe link files for {address or 'the GPU'}")
+    return DeviceLinks(
+        index,
+        model,
+        address,
+        numa,
+        pcie,
+        gpu.nvlinks if gpu else None,
+        gpu.nvlinks_total if gpu else None,
+        gpu.health if gpu else (),
+        sources,
+        missing,
+    )
 
 
 def _confirm() -> str | None:
@@ -629,6 +720,7 @@ SPEC = AcceleratorSpec(
     confirm=_confirm,
     description="NVIDIA (CUDA) and AMD (ROCm) GPUs with NCCL/RCCL",
     locality=_locality,
+    links=_links,
 )
 
 

@@ -22,6 +22,7 @@ from ..plugin.errors import AccelBackendsError, ConfigError, first_line
 from ..plugin.packages import installed
 from ..registry.facade import Registry
 from ..rendezvous import secret
+from . import topology
 from .text import aligned, plural, wrap
 
 __all__ = ["collect", "render", "render_affinity", "render_bug_report"]
@@ -180,6 +181,13 @@ def collect(
         nccl = torchcompat.nccl_note(selection.backend, _installed_version("torch"), registry.env)
         if found is not None:
             shared_gpus = _shared_gpus(registry, selection, found, failed)
+    links = topology.collect(
+        list(registry.detect()) if plugins_error is None else [],
+        selection.status if selection else None,
+        selection.backend if selection else None,
+        registry.env,
+        registry.root,
+    )
     switch = torchcompat.nccl_switch_problem(registry.env)
     if switch is not None:
         errors.append(switch)
@@ -199,6 +207,7 @@ def collect(
         "selected": selected,
         "nccl": nccl,
         "shared_gpus": shared_gpus,
+        "links": links,
         "cluster": cluster,
         "membership": membership_line,
         "torch": torch_section,
@@ -369,6 +378,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
                     " GB/s on its fabric (check's default --min-busbw)"
                 )
     lines.append("")
+    lines += [*topology.render(report["links"]), ""]
     cluster = report["cluster"]
     lines.append(f"cluster: {cluster['launcher'] or 'unknown'}")
     if cluster.get("error"):

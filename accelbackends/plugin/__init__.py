@@ -9,8 +9,9 @@ touches torch's private attributes). It imports nothing else from accelbackends 
 imports torch at import time.
 
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
-`types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `options`, `config`
-(the ``ACCELBACKENDS_*`` variables and their strict parsing), `text` and `threads` are public:
+`types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `links`, `options`,
+`config` (the ``ACCELBACKENDS_*`` variables and their strict parsing), `text` and `threads` are
+public:
 within a major version they are neither removed nor changed incompatibly (new optional fields
 and parameters may appear, with defaults). A removal is announced one minor release ahead with a
 ``DeprecationWarning``. Names starting with ``_`` are private. `torchcompat` follows torch: its
@@ -21,7 +22,7 @@ is the host's, not under the promise.
 
 from __future__ import annotations
 
-from . import config, devices, locality, options, packages, sysfs, text, threads, torchcompat
+from . import config, devices, links, locality, options, packages, sysfs, text, threads, torchcompat
 from .errors import (
     AccelBackendsError,
     AccelBackendsWarning,
@@ -45,8 +46,11 @@ from .types import (
     ClusterInfo,
     Context,
     Detection,
+    DeviceLinks,
     Locality,
+    Nic,
     OptionsRequest,
+    PcieLink,
     Probe,
     Selection,
 )
@@ -63,9 +67,12 @@ __all__ = [
     "ConfigError",
     "Context",
     "Detection",
+    "DeviceLinks",
     "InitError",
     "Locality",
+    "Nic",
     "OptionsRequest",
+    "PcieLink",
     "PluginError",
     "PluginWarning",
     "Probe",
@@ -79,6 +86,7 @@ __all__ = [
     "gloo_or",
     "hookimpl",
     "hookspec",
+    "links",
     "locality",
     "options",
     "packages",

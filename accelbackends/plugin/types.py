@@ -7,6 +7,7 @@ imports torch: detection must stay cheap and side-effect free.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,12 @@ __all__ = [
     "ClusterInfo",
     "Context",
     "Detection",
+    "DeviceLinks",
     "Locality",
     "MAX_NAME_LENGTH",
+    "Nic",
     "OptionsRequest",
+    "PcieLink",
     "Probe",
     "Selection",
 ]
@@ -273,6 +277,105 @@ class BackendOptions:
 
 
 @dataclass(frozen=True)
+class PcieLink:
+    """A PCI device's link: the generation and width it trained at, and the most it supports.
+
+    Attributes:
+        generation: The current generation (1-6). GPUs lower it at idle to save power, so a
+            low generation alone is not a fault; a narrow width is.
+        width: The current width in lanes (x16 is 16).
+        max_generation: The most the device and its slot support.
+        max_width: The widest link the device supports.
+        source: What was read (a sysfs directory, or ``NVML``).
+    """
+
+    generation: int | None
+    width: int | None
+    max_generation: int | None
+    max_width: int | None
+    source: str = ""
+
+    def text(self) -> str:
+        """``Gen5 x16 (max Gen5 x16)``; ``?`` for what could not be read."""
+        top = _gen_width(self.max_generation, self.max_width)
+        return f"{_gen_width(self.generation, self.width)} (max {top})"
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the link trained narrower than the device supports (a fault: a loose card,
+        a bad riser, a slot wired for fewer lanes)."""
+        return self.width is not None and self.max_width is not None and self.width < self.max_width
+
+
+def _gen_width(generation: int | None, width: int | None) -> str:
+    gen = "Gen?" if generation is None else f"Gen{generation}"
+    return f"{gen} x{'?' if width is None else width}"
+
+
+@dataclass(frozen=True)
+class DeviceLinks:
+    """One device's links as its plugin reads them (cheap: no torch, no device context).
+
+    Attributes:
+        index: The device's index in its runtime's physical order (NVML's for NVIDIA GPUs).
+        model: Its product name (``NVIDIA H200``), or None where unknown; floors match on it.
+        pci: Its PCI address, or None.
+        numa_node: Its NUMA node, or None where the platform does not say.
+        pcie: Its PCIe link, or None where unreadable.
+        nvlinks: The device-to-device links that are up (NVLink, Infinity Fabric...), or None
+            where unknown; 0 where the device has such links and none is up.
+        nvlinks_total: How many such links the device has (0: none; None: unknown).
+        health: Problems the runtime reports (``ECC: 2 uncorrected errors``), each a short text.
+        sources: For each fact, where it was read (``{"pcie": "/sys/bus/pci/devices/..."}``).
+        missing: For each fact that could not be read, why.
+    """
+
+    index: int
+    model: str | None = None
+    pci: str | None = None
+    numa_node: int | None = None
+    pcie: PcieLink | None = None
+    nvlinks: int | None = None
+    nvlinks_total: int | None = None
+    health: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def link_kind(self) -> str | None:
+        """``nvlink`` where any device-to-device link is up, ``pcie`` where the device has none
+        up, None where unknown."""
+        if self.nvlinks is None:
+            return None
+        return "nvlink" if self.nvlinks > 0 else "pcie"
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network port and its rate.
+
+    Attributes:
+        name: ``mlx5_0/1`` (an InfiniBand/RoCE device and port) or ``eth0``.
+        kind: ``infiniband``, ``roce`` or ``ethernet``.
+        gbps: Its rate in Gb/s (10^9 bits/s), or None where unreadable (a port that is down).
+        state: ``ACTIVE``, ``DOWN``, ``up``... as sysfs says it, or None.
+        source: The file the rate was read from.
+        missing: Why the rate is not known, where it is not.
+    """
+
+    name: str
+    kind: str
+    gbps: float | None
+    state: str | None
+    source: str
+    missing: str = ""
+
+    @property
+    def up(self) -> bool:
+        return (self.state or "").upper() in ("ACTIVE", "UP", "4: ACTIVE")
+
+
+@dataclass(frozen=True)
 class AcceleratorSpec:
     """An accelerator, as a plugin declares it.
 
@@ -303,6 +406,14 @@ class AcceleratorSpec:
             node reaches on this accelerator's fabric at `accelbackends check`'s largest size
             (nccl-tests' busbw). `info` shows it; `check` fails below it unless `--min-busbw`
             says otherwise. Declare it only where the fabric is fixed by the hardware.
+        links: `links(probe) -> Sequence[DeviceLinks]`, optional and cheap like `detect`: each
+            physical device's model and links (PCIe, NVLink or the vendor's own), NUMA node and
+            health signals (`accelbackends.plugin.links`). `info` shows them; `check` picks its
+            floors by them and fails a device whose link trained narrow or whose runtime
+            reports a health problem.
+        thresholds: Optional: a thresholds file (the format of `check --thresholds`, see
+            docs/check.md) with this accelerator's floors by device model and link kind; its
+            rules are tried before the ones shipped with accelbackends.
     """
 
     name: str
@@ -317,6 +428,8 @@ class AcceleratorSpec:
     description: str = ""
     locality: Callable[[Probe], Sequence[Locality | None]] | None = None
     expected_busbw_gbps: float | None = None
+    links: Callable[[Probe], Sequence[DeviceLinks]] | None = None
+    thresholds: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -373,7 +486,12 @@ class AcceleratorSpec:
         for attribute in ("detect", "bind"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable")
-        for attribute in ("backend_options", "confirm", "locality"):
+        if self.thresholds is not None and not isinstance(self.thresholds, (str, os.PathLike)):
+            raise TypeError(
+                f"accelerator {self.name!r}: thresholds must be the path of a thresholds file "
+                f"or None, not {self.thresholds!r}"
+            )
+        for attribute in ("backend_options", "confirm", "locality", "links"):
             value = getattr(self, attribute)
             if value is not None and not callable(value):
                 raise TypeError(f"accelerator {self.name!r}: {attribute} must be callable or None")

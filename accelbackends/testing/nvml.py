@@ -10,6 +10,14 @@ probe = FakeTree(tmp_path).probe({"ACCELBACKENDS_NVML": nvml.MODULE})
 ```
 
 Handles are plain values: an int for a GPU, ``(gpu, slot)`` for a MIG device.
+
+A GPU's links and health are fields of `FakeGpu`: its PCIe link (``pcie``), its NVLinks'
+states (``nvlinks``; empty: a GPU without NVLink, as a PCIe card), uncorrected ECC errors,
+pending retired pages and row remapping, and throttle reasons (nvml.h's bits):
+
+```python
+nvml.FakeGpu(name="NVIDIA H200", pcie=(5, 8, 5, 16), nvlinks=(1,) * 18, throttle=0x40)
+```
 """
 
 from __future__ import annotations
@@ -28,11 +36,21 @@ __all__ = [
     "configure",
     "environment",
     "nvmlDeviceGetCount",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlDeviceGetMaxMigDeviceCount",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetName",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetUUID",
     "nvmlInit",
     "nvmlShutdown",
@@ -54,11 +72,26 @@ class FakeGpu:
         uuid: Its UUID, as `nvmlDeviceGetUUID` returns it.
         name: Its product name.
         mig: The UUIDs of its MIG devices; MIG is on when there is any.
+        pci: Its PCI bus id as NVML writes it (``00000000:18:00.0``); None: NVML does not say.
+        pcie: Its PCIe link: (generation, width, max generation, max width); None: NVML
+            does not say.
+        nvlinks: Each NVLink's state (1 up, 0 down); empty: a GPU without NVLink.
+        ecc_uncorrected: Uncorrected ECC errors since the driver loaded.
+        retired_pending: Whether retired pages wait for a reset.
+        remapped: (row remapping pending, row remapping failed).
+        throttle: The current throttle reasons, nvml.h's bits (0x40: HW thermal slowdown).
     """
 
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     name: str = "NVIDIA H100 80GB HBM3"
     mig: tuple[str, ...] = field(default_factory=tuple)
+    pci: str | None = None
+    pcie: tuple[int, int, int, int] | None = (5, 16, 5, 16)
+    nvlinks: tuple[int, ...] = ()
+    ecc_uncorrected: int = 0
+    retired_pending: bool = False
+    remapped: tuple[bool, bool] = (False, False)
+    throttle: int = 0
 
 
 class NVMLError(Exception):
@@ -102,8 +135,13 @@ def _state() -> _State:
     if _configured is not None:
         return _configured
     data = json.loads(os.environ.get(ENV) or '{"gpus": []}')
-    gpus = [FakeGpu(gpu["uuid"], gpu["name"], tuple(gpu.get("mig", ()))) for gpu in data["gpus"]]
+    gpus = [FakeGpu(**_fields(gpu)) for gpu in data["gpus"]]
     return _State(gpus, data.get("driver", "550.54.15"), data.get("failure"))
+
+
+def _fields(gpu: dict[str, Any]) -> dict[str, Any]:
+    """A GPU's fields from JSON, whose arrays come back as lists."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in gpu.items()}
 
 
 def _gpu(handle: Any) -> FakeGpu:
@@ -161,3 +199,68 @@ def nvmlDeviceGetMigDeviceHandleByIndex(handle: Any, index: int) -> tuple[int, i
     if index >= len(_gpu(handle).mig):
         raise NVMLError("Not Found")
     return (handle, index)
+
+
+class _PciInfo:
+    def __init__(self, bus_id: str) -> None:
+        self.busId = bus_id
+
+
+def _whole(handle: Any) -> FakeGpu:
+    if isinstance(handle, tuple):
+        raise NVMLError("Not Supported")  # a MIG device has no links of its own
+    return _gpu(handle)
+
+
+def nvmlDeviceGetPciInfo(handle: Any) -> _PciInfo:
+    gpu = _whole(handle)
+    if gpu.pci is None:
+        raise NVMLError("Not Supported")
+    return _PciInfo(gpu.pci)
+
+
+def _pcie(handle: Any, which: int) -> int:
+    pcie = _whole(handle).pcie
+    if pcie is None:
+        raise NVMLError("Not Supported")
+    return pcie[which]
+
+
+def nvmlDeviceGetCurrPcieLinkGeneration(handle: Any) -> int:
+    return _pcie(handle, 0)
+
+
+def nvmlDeviceGetCurrPcieLinkWidth(handle: Any) -> int:
+    return _pcie(handle, 1)
+
+
+def nvmlDeviceGetMaxPcieLinkGeneration(handle: Any) -> int:
+    return _pcie(handle, 2)
+
+
+def nvmlDeviceGetMaxPcieLinkWidth(handle: Any) -> int:
+    return _pcie(handle, 3)
+
+
+def nvmlDeviceGetNvLinkState(handle: Any, link: int) -> int:
+    links = _whole(handle).nvlinks
+    if not 0 <= link < len(links):
+        raise NVMLError("Not Supported")
+    return links[link]
+
+
+def nvmlDeviceGetTotalEccErrors(handle: Any, error_type: int, counter_type: int) -> int:
+    return _whole(handle).ecc_uncorrected if error_type == 1 else 0
+
+
+def nvmlDeviceGetRetiredPagesPendingStatus(handle: Any) -> int:
+    return int(_whole(handle).retired_pending)
+
+
+def nvmlDeviceGetRemappedRows(handle: Any) -> tuple[int, int, int, int]:
+    pending, failed = _whole(handle).remapped
+    return (0, 0, int(pending), int(failed))
+
+
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle: Any) -> int:
+    return _whole(handle).throttle

@@ -215,6 +215,52 @@ class FakeTree:
             self.write(f"{device}/local_cpulist", node.read_text(encoding="utf-8"))
         return self
 
+    # -- links: PCIe and NICs ----------------------------------------------------------------
+
+    def pcie(
+        self,
+        device: str,
+        generation: int = 5,
+        width: int = 16,
+        *,
+        max_generation: int | None = None,
+        max_width: int | None = None,
+    ) -> FakeTree:
+        """The PCIe link of the PCI function at ``device`` (``/sys/bus/pci/devices/...``): the
+        generation and width it trained at, and its maximum (the same where not given)."""
+        speeds = {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0", 6: "64.0"}
+        top_gen = max_generation or generation
+        self.write(f"{device}/current_link_speed", f"{speeds[generation]} GT/s PCIe\n")
+        self.write(f"{device}/current_link_width", f"{width}\n")
+        self.write(f"{device}/max_link_speed", f"{speeds[top_gen]} GT/s PCIe\n")
+        return self.write(f"{device}/max_link_width", f"{max_width or width}\n")
+
+    def infiniband(
+        self,
+        name: str = "mlx5_0",
+        gbps: int = 400,
+        *,
+        port: int = 1,
+        link_layer: str = "InfiniBand",
+        state: str = "4: ACTIVE",
+    ) -> FakeTree:
+        """An InfiniBand port (``link_layer="Ethernet"``: RoCE) at ``gbps`` Gb/s, as
+        ``/sys/class/infiniband/<name>/ports/<port>/`` shows it."""
+        base = f"/sys/class/infiniband/{name}/ports/{port}"
+        names = {100: "EDR", 200: "HDR", 400: "NDR", 800: "XDR"}
+        self.write(f"{base}/rate", f"{gbps} Gb/sec (4X {names.get(gbps, 'unknown')})\n")
+        self.write(f"{base}/link_layer", f"{link_layer}\n")
+        return self.write(f"{base}/state", f"{state}\n")
+
+    def ethernet(
+        self, name: str = "eth0", mbps: int | None = 100000, *, up: bool = True
+    ) -> FakeTree:
+        """A physical Ethernet interface at ``mbps`` Mb/s (None: the kernel's -1 of a link
+        that is down), with the ``device`` link that tells it from a virtual one."""
+        self.write(f"/sys/class/net/{name}/speed", f"{-1 if mbps is None else mbps}\n")
+        self.write(f"/sys/class/net/{name}/operstate", "up\n" if up else "down\n")
+        return self.write(f"/sys/class/net/{name}/device/vendor", "0x15b3\n")
+
     # -- the real machine's CPUs -------------------------------------------------------------
 
     def host_cpus(self) -> FakeTree:

@@ -29,6 +29,7 @@ from .options import (
     check_ranks,
     oversubscription,
     parse_options,
+    with_rules,
 )
 from .progress import read_progress
 from .rank import run_rank
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # with one line, not one traceback per rank.
     selection = select(registry=registry)
     cluster = recognise(registry)
+    options = with_rules(options, selection.status.plugin, selection.spec.thresholds)
     device_type = selection.spec.device_type
     if cluster.launcher != "single":
         if args.nproc is not None:
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def _held_to(options: Options, selection: Selection, world_size: int) -> Options:
     """The options with the bandwidth floor the plugin declares for its fabric, where the user
     set none and there is a collective bandwidth to hold to it (two ranks or more)."""
-    check_one_rank(options, world_size)
+    options = check_one_rank(options, world_size)
     expected = selection.spec.expected_busbw_gbps
     if expected and not options.min_busbw and world_size > 1:
         source = f"the {selection.status.plugin} plugin's expected busbw"

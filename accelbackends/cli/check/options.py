@@ -4,6 +4,7 @@ every rank receives. Bad input is a `ConfigError` (exit 2)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import re
@@ -16,6 +17,7 @@ from ...plugin.errors import ConfigError
 from ...plugin.threads import available_cores
 from ..text import plural
 from .bandwidth import AUTO_MAX_ITERS, AUTO_MIN_ITERS, AUTO_SECONDS_PER_SIZE, DEFAULT_WARMUP
+from .floors import SHIPPED, FloorRule, read_rules
 from .sizes import GIB, KIB, MIB, format_size, parse_size
 from .thresholds import (
     DEFAULT_BASELINE_FRACTION,
@@ -138,6 +140,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "declares for its fabric, if any)",
     )
     preflight.add_argument(
+        "--thresholds",
+        metavar="FILE",
+        help="floors by device model, link kind, GPUs per node and NIC rate, one rule a line "
+        "(the format of the file shipped with accelbackends, docs/check.md); replaces the "
+        "shipped floors and the accelerator plugin's own",
+    )
+    preflight.add_argument(
         "--baseline",
         metavar="FILE",
         help="an earlier `check --json` output: fail where busbw falls below "
@@ -217,6 +226,11 @@ class Options:
     link_factor: float = DEFAULT_LINK_FACTOR
     failing_nodes: str | None = None
     passing_nodes: str | None = None
+    #: The floor rules, first match wins (--thresholds, else the plugin's and the shipped ones).
+    rules: tuple[FloorRule, ...] = ()
+    rules_from: str = ""
+    #: Flags given that a run of one rank cannot judge (it has no collective bandwidth).
+    not_judged: tuple[str, ...] = ()
     #: Where rank 0 keeps the report so far for the parent (standalone runs; None: nowhere).
     progress: str | None = None
 
@@ -228,6 +242,7 @@ class Options:
             self.baseline_path,
             self.baseline_fraction,
             self.link_factor,
+            not_judged=self.not_judged,
         )
 
     def top(self, device_type: str) -> int:
@@ -298,7 +313,22 @@ def parse_options(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         link_factor=args.link_factor,
         failing_nodes=args.failing_nodes,
         passing_nodes=args.passing_nodes,
+        rules=read_rules(args.thresholds, "--thresholds") if args.thresholds else (),
+        rules_from=f"--thresholds {args.thresholds}" if args.thresholds else "",
     )
+
+
+def with_rules(options: Options, plugin: str, declared: str | os.PathLike[str] | None) -> Options:
+    """The options with the floor rules: --thresholds alone where given, else the accelerator
+    plugin's own file (its rules first) and the shipped one."""
+    if options.rules_from:
+        return options
+    rules = read_rules(SHIPPED, "the shipped thresholds")
+    where = f"the shipped {SHIPPED.name}"
+    if declared is not None:
+        rules = read_rules(declared, f"the {plugin} plugin's thresholds") + rules
+        where = f"the {plugin} plugin's {declared} and {where}"
+    return dataclasses.replace(options, rules=rules, rules_from=where)
 
 
 def _check_output_target(flag: str, target: str) -> None:
@@ -322,27 +352,26 @@ def _check_plot_target(target: str) -> None:
         )
 
 
-def check_one_rank(options: Options, world_size: int) -> None:
-    """Refuse what judges a collective bandwidth where one rank measures none: a collective of
-    one rank moves no data (``check`` times a device memory copy instead)."""
+def check_one_rank(options: Options, world_size: int) -> Options:
+    """With one rank, which measures no collective bandwidth (a one-rank collective moves no
+    data; ``check`` measures a device memory copy instead): ``--plot`` is refused (there is
+    nothing to draw); ``--min-busbw`` and ``--baseline`` are not judged, and the verdict and the
+    JSON say so: a Slurm prolog shared by 1-GPU and 8-GPU nodes must not drain the 1-GPU ones."""
     if world_size != 1:
-        return
+        return options
+    if options.plot:
+        raise ConfigError(
+            "--plot needs a collective bandwidth, and a run of 1 rank measures none (a one-rank "
+            "collective moves no data; check measures a device memory copy instead); run 2 "
+            "ranks or more, or leave --plot out"
+        )
     given = [
         flag
-        for flag, value in (
-            ("--min-busbw", options.min_busbw),
-            ("--baseline", options.baseline_path),
-            ("--plot", options.plot),
-        )
+        for flag, value in (("--min-busbw", options.min_busbw), ("--baseline", options.baseline))
         if value
     ]
-    if given:
-        raise ConfigError(
-            f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} a collective "
-            "bandwidth, and a run of 1 rank measures none (a one-rank collective moves no data; "
-            "check measures a device memory copy instead); run 2 ranks or more, or leave "
-            f"{' and '.join(given)} out"
-        )
+    notes = tuple(f"{flag}: one rank has no collective bandwidth" for flag in given)
+    return dataclasses.replace(options, not_judged=notes, min_busbw=(), baseline=())
 
 
 def check_ranks(nproc: int) -> None:

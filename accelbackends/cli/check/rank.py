@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from ..text import plural
 from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
 from .correctness import run_checks
+from .floors import Topology, match
 from .heartbeat import Heartbeat
 from .links import measure_links
 from .progress import Progress
@@ -18,7 +20,8 @@ from .report import link_lines, print_json, versions
 from .results import Result
 from .session import Session, control_group, pid_space
 from .sweep import copy_alone, sweep
-from .verdicts import empty_verdict, judge
+from .thresholds import Floor
+from .verdicts import Culprit, empty_verdict, fell_back, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -81,6 +84,7 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
                 f"      rank {entry['rank']}: host {entry['host']}, device {entry['device']}, "
                 f"local rank {entry['local_rank']}, pid {entry['pid']}"
             )
+        floors = _pick_floors(session, ranks)
         checks = run_checks(session)
         progress.update(checks=[c.as_json() for c in checks])
         copied: CopyMeasurement | None = None
@@ -119,7 +123,20 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
         "device_copy": copied.as_json() if copied else None,
         "links": links,
     }
-    report |= judge(report, options.limits(), culprits)
+    limits = options.limits()
+    if not options.min_busbw and floors["busbw_floor"]:
+        limits = dataclasses.replace(limits, floors=(floors["busbw_floor"],))
+    if floors["device_copy"]:
+        rule = floors["device_copy"]
+        limits = dataclasses.replace(limits, copy_floor=(rule["source"], rule["gbps"]))
+    on_host = {h: tuple(r["rank"] for r in ranks if r["host"] == h) for h in report["hosts"]}
+    sick = [Culprit("node", (h,), on_host.get(h, ()), problem) for h, problem in floors["health"]]
+    report |= judge(report, limits, [*culprits, *sick])
+    floors.pop("busbw_floor")
+    floors["health"] = [problem for _, problem in floors["health"]]
+    report["floors"] = floors
+    signature = fell_back(report, floors)
+    report["signatures"] = [signature] if signature else []
     report["ok"] = report["verdict"] == "PASSED"
     if progress.report.get("text"):
         report["text"] = progress.report["text"]  # --quick's held lines; never in the JSON
@@ -165,3 +182,94 @@ def _whoami(ctx: Context) -> dict[str, Any]:
         "device": str(ctx.device),
         "pid_space": pid_space(),
     }
+
+
+def _node_facts(ctx: Context) -> dict[str, Any]:
+    """What this rank's node has, for the floors: its devices' model and link kind (from the
+    accelerator plugin's ``links``), its fastest InfiniBand/RoCE port that is up."""
+    from ...plugin.links import read_nics
+    from ...plugin.types import Probe
+    from ...registry.facade import default_registry
+    from ..topology import device_links
+
+    registry = default_registry()
+    probe = Probe(env=registry.env, root=registry.root)
+    status = next((s for s in registry.detect() if s.name == ctx.accelerator), None)
+    devices, why = device_links(status, probe) if status else ([], "no accelerator")
+    models = {d.model for d in devices}
+    kinds = {d.link_kind for d in devices}
+    rates = [n.gbps for n in read_nics(probe) if n.up and n.kind != "ethernet" and n.gbps]
+    host = socket.gethostname()
+    health = [
+        f"GPU {d.index} on {host}: PCIe Gen{d.pcie.generation} x{d.pcie.width}, expected "
+        f"x{d.pcie.max_width}"
+        for d in devices
+        if d.pcie is not None and d.pcie.narrowed
+    ] + [f"GPU {d.index} on {host}: {problem}" for d in devices for problem in d.health]
+    return {
+        "host": host,
+        "health": health if ctx.local_rank == 0 else [],  # one rank per node says it
+        "model": models.pop() if len(models) == 1 else None,
+        "link": kinds.pop() if len(kinds) == 1 else None,
+        "nic_gbps": max(rates) if rates else None,
+        "why": why,
+    }
+
+
+def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The floors that match what every rank found (the same pick on every rank), said on
+    rank 0: which rule and why, or that none matched."""
+    ctx, options = session.ctx, session.options
+    facts = session.gather_objects(_node_facts(ctx), "node facts")
+    models = {f["model"] for f in facts}
+    links = {f["link"] for f in facts}
+    nic_rates = [f["nic_gbps"] for f in facts]
+    topology = Topology(
+        models.pop() if len(models) == 1 else None,
+        links.pop() if len(links) == 1 else None,
+        ctx.local_world_size,
+        len({r["host"] for r in ranks}),
+        None if None in nic_rates else min(nic_rates),
+    )
+    picked: dict[str, Any] = {
+        "health": [(f["host"], problem) for f in facts for problem in f["health"]],
+        "topology": topology.describe(),
+        "rules_from": options.rules_from,
+        "busbw": None,
+        "device_copy": None,
+        "busbw_floor": None,
+    }
+    lines = [f"floors: {topology.describe()}; rules from {options.rules_from or 'nowhere'}"]
+    names = {"busbw": "bandwidth floor", "device_copy": "device copy floor"}
+    for kind in ("busbw", "device_copy"):
+        rule = match(options.rules, kind, topology)
+        name = names[kind]
+        if kind == "busbw" and ctx.world_size == 1:
+            lines.append(f"  {name}: not judged: one rank has no collective bandwidth")
+            continue
+        if kind == "busbw" and options.min_busbw:
+            lines.append(f"  {name}: {options.min_busbw[0].source} (given, wins over the rules)")
+            continue
+        if rule is None:
+            lines.append(f"  {name}: no rule matched: correctness only for it")
+            continue
+        source = f"the floor of {rule.where} ({rule.why})"
+        picked[kind] = {
+            "gbps": rule.gbps,
+            "source": source,
+            "rule": rule.describe(),
+            "link": rule.link,
+        }
+        lines.append(f"  {name}: matched {rule.describe()}")
+        if kind == "busbw":
+            picked["busbw_floor"] = Floor(None, rule.gbps, source)
+    if ctx.world_size > 1 and picked["device_copy"]:
+        # Each rank's own copy is measured with one rank only (for now): say so.
+        lines.append(
+            "  device copy floor: held with one rank only; run check with --nproc 1 per GPU"
+        )
+        picked["device_copy"] = None
+    lines += [f"  health: {problem}" for _, problem in picked["health"]]
+    for line in lines:
+        session.say("      " + line)
+    return picked

@@ -164,6 +164,7 @@ def verdict(report: dict[str, Any]) -> str:
             for c in report.get("culprits", [])
             if c["reason"] and not _from_checks(c) and not _from_misses(c)
         ]
+        reasons[:0] = report.get("signatures", [])
         reasons += miss_summary([m["kind"] for m in report.get("misses", [])])
         reasons += report.get("problems", [])[:1]
         lines.append(f"verdict: FAILED: {', '.join(reasons) or 'see above'} ({counts}; {where})")
@@ -191,6 +192,8 @@ def verdict(report: dict[str, Any]) -> str:
         lines.append(f"not pinned to a node: {'; '.join(unpinned)}")
     for miss in report.get("misses", []):
         lines.append(f"  {_miss_text(miss)}")
+    for note in report.get("not_judged", []):
+        lines.append(f"not judged: {note}")
     return "\n".join(lines)
 
 
@@ -209,6 +212,8 @@ def _from_misses(culprit: dict[str, Any]) -> bool:
 
 
 def _short(culprit: dict[str, Any]) -> str:
+    if culprit["reason"].startswith("GPU "):  # a device's own health: it names itself
+        return str(culprit["reason"])
     slow = "wrong data" if "wrong data" in culprit["reason"] else "slow"
     if culprit["kind"] == "link":
         (a, b), (ra, rb) = culprit["hosts"], culprit["ranks"]

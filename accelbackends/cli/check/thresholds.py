@@ -70,7 +70,7 @@ class BaselineRow:
 class Miss:
     """One size that fell short of a floor or of the baseline."""
 
-    kind: str  # "min-busbw" or "baseline"
+    kind: str  # "min-busbw", "baseline" or "device-copy" (op "device memory copy")
     op: str
     nbytes: int
     busbw_gbps: float
@@ -81,6 +81,11 @@ class Miss:
 
     def text(self) -> str:
         """``all_reduce 64 MiB: busbw 0.41 GB/s below --min-busbw 1 GB/s``."""
+        if self.kind == "device-copy":
+            return (
+                f"{self.op} of {format_size(self.nbytes)}: {self.busbw_gbps:.4g} GB/s read+write, "
+                f"below the floor {self.limit_gbps:g} GB/s: {self.source}"
+            )
         where = f"{self.op} {format_size(self.nbytes)}: busbw {self.busbw_gbps:.3g} GB/s"
         if self.kind == "min-busbw":
             return f"{where} below {self.source} {self.limit_gbps:g} GB/s"

@@ -178,6 +178,9 @@ def empty_verdict() -> dict[str, Any]:
         "misses": [],
         "problems": [],
         "unpinned": [],
+        "not_judged": [],
+        "floors": None,
+        "signatures": [],
     }
 
 
@@ -190,6 +193,10 @@ class Limits:
     baseline_path: str | None = None
     baseline_fraction: float = DEFAULT_BASELINE_FRACTION
     link_factor: float = DEFAULT_LINK_FACTOR
+    #: The floor rule each kind matched (``floors.match``), as `FloorRule.describe` and GB/s.
+    copy_floor: tuple[str, float] | None = None
+    #: Flags a run of one rank cannot judge, with why.
+    not_judged: tuple[str, ...] = ()
 
 
 def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) -> dict[str, Any]:
@@ -197,6 +204,18 @@ def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) 
     a floor or the baseline (``misses``), and the limits they were held to (``limits``)."""
     rows = report["bandwidth"]
     misses = below_floors(rows, options.floors)
+    copied = report.get("device_copy")
+    if options.copy_floor and copied and copied["gbps"] < options.copy_floor[1]:
+        misses.append(
+            Miss(
+                "device-copy",
+                "device memory copy",
+                copied["bytes"],
+                copied["gbps"],
+                options.copy_floor[1],
+                options.copy_floor[0],
+            )
+        )
     problems = [
         f"{f.source} {format_size(f.nbytes or 0)}={f.gbps:g}: that size was not swept "
         f"(sizes from {format_size(rows[0]['bytes'])} to {format_size(rows[-1]['bytes'])})"
@@ -222,8 +241,14 @@ def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) 
         "baseline_fraction": options.baseline_fraction,
         "baseline_sizes_compared": compared,
         "link_factor": options.link_factor,
+        "device_copy": None
+        if options.copy_floor is None
+        else {"gbps": options.copy_floor[1], "source": options.copy_floor[0]},
     }
-    return node_verdict(report, culprits, misses, problems) | {"limits": limits}
+    return node_verdict(report, culprits, misses, problems) | {
+        "limits": limits,
+        "not_judged": list(options.not_judged),
+    }
 
 
 def node_verdict(
@@ -262,14 +287,37 @@ def node_verdict(
     }
 
 
+#: Under this busbw an NVLink node runs at PCIe speed: one hop fell back to PCIe
+#: (NVIDIA/NVSentinel#808 reads it so; PCIe-only 8-GPU nodes reach 28-45 GB/s).
+NVLINK_FALLBACK_GBPS = 100.0
+
+
+def fell_back(report: dict[str, Any], floors: dict[str, Any]) -> str | None:
+    """The named signature "NVLink fell back to PCIe": an NVLink node's floor missed, with the
+    largest size's busbw under `NVLINK_FALLBACK_GBPS`."""
+    busbw = floors.get("busbw")
+    if not busbw or busbw.get("link") != "nvlink":
+        return None
+    low = [m for m in report["misses"] if m["kind"] == "min-busbw"]
+    if low and all(m["busbw_gbps"] < NVLINK_FALLBACK_GBPS for m in low):
+        worst = min(m["busbw_gbps"] for m in low)
+        return (
+            f"NVLink fell back to PCIe: busbw {worst:.3g} GB/s on an NVLink node, under the "
+            f"{NVLINK_FALLBACK_GBPS:g} GB/s that PCIe-only nodes top out near"
+        )
+    return None
+
+
 def miss_summary(kinds: Sequence[str]) -> list[str]:
     """``["2 sizes below the --min-busbw floor", "8 sizes below the baseline"]`` for the kinds
     of the misses (`thresholds.Miss.kind`), in that order."""
     summary = []
-    for kind, limit in (("min-busbw", "the --min-busbw floor"), ("baseline", "the baseline")):
+    for kind, limit in (("min-busbw", "the busbw floor"), ("baseline", "the baseline")):
         count = sum(1 for k in kinds if k == kind)
         if count:
             summary.append(f"{count} {plural(count, 'size')} below {limit}")
+    if "device-copy" in kinds:
+        summary.append("device memory copy below its floor")
     return summary
 
 
