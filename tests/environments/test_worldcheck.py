@@ -176,6 +176,7 @@ SMALLER = {
             **TORCHRUN_WORKER,
             "WORLD_SIZE": "4",
             "RANK": "1",
+            "GROUP_RANK": "0",
             "GROUP_WORLD_SIZE": "1",
         },
         ["OMPI_COMM_WORLD_SIZE=2", "torchrun --nnodes 2"],
@@ -287,12 +288,29 @@ def test_info_shows_the_same_verdict_and_exits_2(cli: Cli) -> None:
 
 
 def test_info_lists_the_signals_that_agree(cli: Cli) -> None:
-    done = _info(cli, SKYPILOT_NODE_1)
+    done = _info(cli, {**SKYPILOT_NODE_1, "SKYPILOT_NUM_GPUS_PER_NODE": "0"})
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)["cluster"]
     assert report["launcher"] == "skypilot"
     assert report["world_check"]["error"] is None
     assert report["world_check"]["signals"][0]["scheduler"] == "SkyPilot's run command"
+
+
+def test_gpus_skypilot_reserved_beside_a_cpu_selection_are_refused_not_agreed(cli: Cli) -> None:
+    # SKYPILOT_NODE_1 reserves one GPU per node; this machine's selection is the CPU.
+    done = _info(cli, SKYPILOT_NODE_1)
+    assert done.returncode == 2, done.stdout
+    error = json.loads(done.stdout)["cluster"]["world_check"]["error"]
+    assert "SKYPILOT_NUM_GPUS_PER_NODE=1" in error
+    assert "devices it never uses" in error
+    assert "selected the cpu accelerator" in error
+
+
+def test_init_refuses_gpus_skypilot_reserved_beside_a_cpu_selection() -> None:
+    with pytest.raises(ConfigError, match="devices it never uses"):
+        accelbackends.init(
+            registry=_registry({**SKYPILOT_NODE_1, "ACCELBACKENDS_ACCELERATOR": "cpu"})
+        )
 
 
 #: What `accelerate launch --num_processes 2` (no --multi_gpu) gives its one process (Accelerate
