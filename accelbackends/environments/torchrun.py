@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..plugin import ConfigError, ClusterInfo, hookimpl
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from ._common import Reader, read_int, read_port, require
 
 _FIELDS = {

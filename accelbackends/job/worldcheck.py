@@ -190,9 +190,9 @@ def _skypilot(env: Mapping[str, str]) -> Signal | None:
 # With several GPUs per node `python train.py` (one process per node) is what failed; only a
 # per-node launcher uses them all.
 _SKYPILOT_TORCHRUN = (
-    "make the run command `torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK --nproc-per-node "
-    '$SKYPILOT_NUM_GPUS_PER_NODE --master-addr $(echo "$SKYPILOT_NODE_IPS" | head -n1) '
-    "--master-port 29500 train.py`"
+    "make the run command `torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank "
+    "$SKYPILOT_NODE_RANK --nproc-per-node $SKYPILOT_NUM_GPUS_PER_NODE --master-addr "
+    '$(echo "$SKYPILOT_NODE_IPS" | head -n1) --master-port 29500 train.py`'
 )
 
 

@@ -341,3 +341,12 @@ def test_accelerate_launch_with_one_process_or_under_torchrun_is_not_refused() -
         **{"GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "x", "ROLE_RANK": "0"},
     }
     assert verdict(torchrun).problem is None
+
+
+def test_the_fix_for_python_on_a_node_of_several_gpus_is_not_the_command_that_failed() -> None:
+    env = {**SKYPILOT_NODE_1, "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    problem = verdict(env).problem
+    assert problem is not None
+    fix = problem.split("Fix: ", 1)[1]
+    assert fix.startswith("make the run command `torchrun --nnodes"), fix
+    assert "python train.py" not in fix
