@@ -4,8 +4,9 @@
 time): two workers train a small model with DDP, and each writes what ``accelbackends.attach()``
 said and its final weights to ``OUT/rank<N>.json``; under Ray's own TorchConfig each worker
 writes what ``attach()`` says to ``OUT/attached<N>.json``; the README's example (``with
-accelbackends.distributed(seed=0)``) writes what it saw to ``OUT/readme<N>.json``; then Ray gives one worker a (declared)
-GPU while accelbackends selects cpu, and the failure's message goes to ``OUT/error.txt``.
+accelbackends.distributed(seed=0)``) writes what it saw to ``OUT/readme<N>.json``; then Ray gives
+one worker a (declared) GPU while accelbackends selects cpu, and the failure's message goes to
+``OUT/error.txt``.
 """
 
 from __future__ import annotations
