@@ -103,7 +103,9 @@ def test_older_xpu_torch_uses_ccl_from_the_oneccl_bindings(tmp_path: Path) -> No
     packages = site(tmp_path, "2.6.0+xpu", oneccl=True)
     result = detect(tree, packages)
     assert result.available
-    assert result.reason.endswith("with ccl from oneccl_bind_pt 2.6.0+xpu")
+    assert "with ccl from oneccl_bind_pt 2.6.0+xpu (end of life: Intel discontinued" in (
+        result.reason
+    )
     assert xpu.make_spec(packages).default_backend == "ccl"
 
 
@@ -114,7 +116,9 @@ def test_older_xpu_torch_without_oneccl_is_unavailable_with_both_remedies(
     result = detect(tree, site(tmp_path, "2.7.1+xpu"))
     assert not result.available
     assert "torch 2.7.1+xpu has no xccl backend (its XPU wheels ship it from 2.8)" in result.reason
-    assert result.reason.endswith("upgrade torch or install oneccl_bind_pt")
+    assert "upgrade torch to 2.8 or later (or install oneccl_bind_pt, end of life" in (
+        result.reason
+    )
 
 
 @pytest.mark.parametrize(

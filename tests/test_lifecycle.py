@@ -60,6 +60,41 @@ def test_incompatible_second_init_is_an_error_that_names_both_values() -> None:
     assert dist.is_initialized()  # the first group is untouched
 
 
+def test_a_conflicting_second_init_is_told_to_align_the_calls_not_to_destroy() -> None:
+    accelbackends.init(timeout=60)
+    with pytest.raises(ConfigError) as caught:
+        accelbackends.init(timeout=30)
+    fix = str(caught.value).split("Fix: ", 1)[1]
+    assert "pass timeout=30.0 to the first call" in fix
+    assert "destroy" not in fix
+
+
+def test_a_seed_the_first_init_left_out_is_applied_by_the_second() -> None:
+    import random
+
+    first = accelbackends.init()  # as Ray Train's TorchConfig() does in its worker
+    random.random()
+    second = accelbackends.init(seed=7)
+    drawn = (random.random(), torch.rand(1).item())
+    random.seed(7)
+    torch.manual_seed(7)
+    assert drawn == (random.random(), torch.rand(1).item())
+    assert (second.seed, second.rank, second.world_size) == (7, first.rank, first.world_size)
+    assert accelbackends.attach().seed == 7
+    assert accelbackends.init(seed=7) is second  # the same seed again: no second seeding
+    with pytest.raises(ConfigError, match="already ran with seed=7; this call asks for seed=8"):
+        accelbackends.init(seed=8)
+
+
+def test_a_with_block_inside_a_group_made_before_leaves_it_to_its_maker() -> None:
+    first = accelbackends.init()
+    with accelbackends.distributed(seed=0) as ctx:
+        assert (ctx.rank, ctx.seed) == (first.rank, 0)
+    assert dist.is_initialized() and accelbackends.is_initialized()
+    accelbackends.destroy()
+    assert not dist.is_initialized()
+
+
 def test_destroy_tears_down_and_is_idempotent() -> None:
     accelbackends.init()
     accelbackends.destroy()

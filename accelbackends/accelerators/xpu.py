@@ -58,6 +58,11 @@ INTEL_VENDOR = "0x8086"
 XCCL_FROM = (2, 8)
 #: The distribution that installs ``oneccl_bindings_for_pytorch``.
 ONECCL = "oneccl_bind_pt"
+# Intel ended IPEX after its 2.8 release and archived its repository, with the oneCCL bindings;
+# Accelerate and DeepSpeed removed both. torch's own xccl (2.8+) replaces them.
+_ONECCL_END = (
+    "end of life: Intel discontinued its oneCCL bindings and IPEX after 2.8; torch 2.8+ has xccl"
+)
 _IPEX = "intel_extension_for_pytorch"
 _RELEASE = re.compile(r"(\d+)\.(\d+)")
 _DRIVERS = ("xe", "i915")
@@ -150,10 +155,13 @@ def verdict(
             0,
             f"{found}, but {build} has no xccl backend (its XPU wheels ship it from "
             f"{XCCL_FROM[0]}.{XCCL_FROM[1]}) and oneccl_bindings_for_pytorch is not installed — "
-            f"upgrade torch or install {ONECCL}",
+            f"upgrade torch to {XCCL_FROM[0]}.{XCCL_FROM[1]} or later (or install {ONECCL}, "
+            f"{_ONECCL_END})",
         )
     using = f"{backend} from {oneccl}" if backend == "ccl" else backend
     reason = f"{found}; {build} with {using}"
+    if backend == "ccl":
+        reason += f" ({_ONECCL_END})"
     try:
         visible = ze_visible(env)
     except ConfigError as exc:

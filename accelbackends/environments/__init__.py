@@ -14,30 +14,32 @@ variables are merely inherited. Launchers nest in practice like this:
 2. ``ray`` — Ray Train's workers: Ray's own ``RAY_RAYLET_PID``/``RAY_JOB_ID`` with Ray Train's
    ``RANK``/``WORLD_SIZE``. A Ray cluster started by ``srun ray start``, ``mpirun`` or SkyPilot
    hands their variables down to every worker, where they describe Ray's daemons.
-3. ``lsf`` — ``jsrun`` also sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI; its
+3. ``deepspeed`` — DeepSpeed's per-node launcher, started by pdsh or by hand, also under ``srun``
+   or ``mpirun`` (one per node), whose variables its workers inherit; only it sets ``CROSS_RANK``.
+4. ``lsf`` — ``jsrun`` also sets Open MPI's ``OMPI_COMM_WORLD_*`` for Spectrum MPI; its
    ``JSM_NAMESPACE_*`` variables exist only when ``jsrun`` started the process.
-4. ``openmpi`` — ``mpirun`` inside a Slurm allocation starts its daemons with ``srun``, so every
+5. ``openmpi`` — ``mpirun`` inside a Slurm allocation starts its daemons with ``srun``, so every
    rank inherits a *daemon* step's ``SLURM_PROCID``/``SLURM_NTASKS``, which count nodes, not
    ranks. ``OMPI_COMM_WORLD_*`` is set only by ``mpirun``, so it wins over Slurm (and over PALS,
    which starts ``mpirun``'s daemons on Cray systems).
-5. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
+6. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
    is Hydra and sets ``PMI_RANK`` too, so it is asked before ``mpich``).
-6. ``pals``, 7. ``mpich``, 8. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
+7. ``pals``, 8. ``mpich``, 9. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
    launchers inside an allocation. The other direction: ``srun --mpi=pmi2|pmix|cray_shasta``
    starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
    variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
    and these environments step aside for ``slurm``, which also knows the node list
    (`started_by_srun`). ``pals`` likewise steps aside
    for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
-9. ``skypilot`` — a SkyPilot task's ``run`` command on each node (``SKYPILOT_NODE_RANK``); an
+10. ``skypilot`` — a SkyPilot task's ``run`` command on each node (``SKYPILOT_NODE_RANK``); an
    MPI launcher started from it (``mpirun`` over ``SKYPILOT_NODE_IPS``) is asked first.
-10. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
+11. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
     not one.
-11. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked
+12. ``kubeflow`` — the operator's ``PET_*`` variables beside ``RANK``/``WORLD_SIZE``; asked
     before ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
-12. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
+13. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
     without ``RANK``, a shape ``env`` would refuse.
-13. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 14. ``single`` — none of the
+14. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 15. ``single`` — none of the
     above.
 
 Whatever answers, `accelbackends.job.worldcheck` then compares its world with every other
@@ -50,6 +52,7 @@ from __future__ import annotations
 BUILTIN: tuple[tuple[str, str], ...] = (
     ("torchrun", "accelbackends.environments.torchrun"),
     ("ray", "accelbackends.environments.ray"),
+    ("deepspeed", "accelbackends.environments.deepspeed"),
     ("lsf", "accelbackends.environments.lsf"),
     ("openmpi", "accelbackends.environments.openmpi"),
     ("mvapich", "accelbackends.environments.mvapich"),

@@ -219,6 +219,7 @@ class Reader:
         master_port: int | None,
         run_id: str = "",
         store_hosted: bool = False,
+        virtual_local_rank: bool = False,
     ) -> ClusterInfo:
         """The ClusterInfo, validated (rank below world size, …) with this reader's sources."""
         return ClusterInfo(
@@ -233,6 +234,7 @@ class Reader:
             master_port=master_port,
             run_id=run_id,
             sources=dict(self.sources),
+            virtual_local_rank=virtual_local_rank,
         )
 
 

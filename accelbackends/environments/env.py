@@ -2,15 +2,19 @@
 
 ``RANK`` and ``WORLD_SIZE`` are required together; ``MASTER_ADDR`` and ``MASTER_PORT`` too when
 more than one rank runs. ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` are optional: without them each
-rank is taken to be alone on its node; with ``LOCAL_RANK`` alone, the node is taken to hold up to
-``WORLD_SIZE`` ranks.
+rank is taken to be alone on its node; with ``LOCAL_RANK`` alone, every rank is taken to be on
+this one node, which holds only where ``LOCAL_RANK`` equals ``RANK`` and no ``NODE_RANK`` above 0
+says otherwise. A shape that says the ranks span nodes without saying how many are on this one
+(``RANK=8 LOCAL_RANK=0``, ``NODE_RANK=1``, and no ``LOCAL_WORLD_SIZE``: DeepSpeed's launcher's
+variables read as plain ``env://``) is refused: the node's rank count, which device binding and CPU
+affinity follow, would be a guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..plugin import ClusterInfo, hookimpl
+from ..plugin import ClusterInfo, ConfigError, hookimpl
 from ._common import read_int, read_port, require
 
 
@@ -43,9 +47,26 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     node_var = next((v for v in ("NODE_RANK", "GROUP_RANK") if v in env), None)
     if node_var:
         node_rank, sources["node_rank"] = read_int(env, node_var), node_var
+        # Without LOCAL_RANK each rank is alone on its node, so the node's index is the rank.
+        alone = "LOCAL_RANK" not in env and node_rank == rank
+        if "LOCAL_WORLD_SIZE" not in env and node_rank > 0 and not alone:
+            raise ConfigError(
+                f"{node_var}={node_rank} says this is not the first node, but LOCAL_WORLD_SIZE "
+                "is not set, so how many ranks run on this node cannot be known (device binding "
+                "and CPU affinity follow it); set LOCAL_WORLD_SIZE to the number of ranks on "
+                "this node"
+            )
     else:
         node_rank = rank // max(1, local_world_size)
         sources["node_rank"] = "RANK // local world size"
+    if "LOCAL_RANK" in env and "LOCAL_WORLD_SIZE" not in env and local_rank != rank:
+        raise ConfigError(
+            f"RANK={rank} with LOCAL_RANK={local_rank} means the ranks span more than one node, "
+            "but LOCAL_WORLD_SIZE is not set, so how many ranks run on this node cannot be "
+            "known (device binding and CPU affinity follow it); set LOCAL_WORLD_SIZE to the "
+            "number of ranks on this node (a launcher that sets LOCAL_SIZE and CROSS_RANK is "
+            "DeepSpeed's, which accelbackends reads as such)"
+        )
     return ClusterInfo(
         launcher="env",
         rank=rank,

@@ -44,6 +44,10 @@ LAUNCHER_VARIABLES: tuple[str, ...] = (
     "MASTER_PORT",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
+    # DeepSpeed's launcher's per-node variables.
+    "LOCAL_SIZE",
+    "CROSS_RANK",
+    "CROSS_SIZE",
     # Where the openmpi plugin finds rank 0's host on AzureML and SageMaker.
     "AZ_BATCH_MASTER_NODE",
     "AZ_BATCHAI_MPI_MASTER_NODE",

@@ -30,10 +30,11 @@ _exported_for: list[Any] = []  # the context export() last ran for, until restor
 
 
 def job_variables(context: Any) -> dict[str, str]:
-    """The `env://` variables that describe `context`'s place in the job."""
-    return env_variables(
-        context.rank, context.world_size, context.local_rank, context.local_world_size
-    )
+    """The `env://` variables that describe `context`'s place in the job (``LOCAL_RANK`` as
+    the launcher says it: 0 in every worker of torchrun's ``--virtual-local-rank``)."""
+    cluster = getattr(context, "cluster", None)
+    local = cluster.local_rank_variable if cluster is not None else context.local_rank
+    return env_variables(context.rank, context.world_size, local, context.local_world_size)
 
 
 def _framework_variables(context: Any) -> dict[str, str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import gc
 import os
 import random
@@ -33,7 +32,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -200,16 +199,23 @@ def init(
     meant_standalone = worldcheck.standalone(standalone, env)
 
     if _state is not None:
-        return _same_context(
+        context = _same_context(
             _state.context,
             accelerator=accelerator,
             backend=backend,
             timeout=None if timeout is None else timeout_s,
             rendezvous_timeout=None if rendezvous_timeout is None else join_s,
-            seed=seed,
+            seed=seed if _state.context.seed is not None else None,
             threads=threads,
             cpu_affinity=None if cpu_affinity is None else pin_mode,
         )
+        if seed is not None and context.seed is None:
+            # The seed is not a property of the group but something done once: a first call
+            # that seeded nothing (Ray Train's TorchConfig() in its worker, before the training
+            # function's own `distributed(seed=0)`) leaves it to this one.
+            _seed(seed + (context.rank if seed_per_rank else 0))
+            context = _state.context = replace(context, seed=seed)
+        return context
 
     # step: recognise
     recognised = cluster is None
@@ -299,10 +305,16 @@ def _same_context(context: Context, **requested: Any) -> Context:
         if name == "backend" and value == context.process_group_backend:
             continue  # the process group's string, as the first call may have been given it
         if value is not None and value != getattr(context, name):
+            first = (
+                "accelbackends.integrations.ray.TorchConfig made the first call in this Ray "
+                f"Train worker: give it {name}={value!r}, and leave {name} out here"
+                if context.launcher == "ray"
+                else f"pass {name}={value!r} to the first call, and leave {name} out here"
+            )
             raise ConfigError(
                 f"accelbackends.init() already ran with {name}={getattr(context, name)!r}; "
-                f"this call asks for {name}={value!r}. Call accelbackends.destroy() before "
-                "initialising differently"
+                f"this call asks for {name}={value!r}, and one process has one process group. "
+                f"Fix: {first} (a second init() without it returns the first call's context)"
             )
     return context
 
@@ -408,7 +420,7 @@ def _initialise(
         options = BackendOptions(backend=selection.backend, timeout=timeout)
     if selection.process_group_backend is not None:
         # The user gave the process group's string itself (cpu:gloo,cuda:nccl): passed as given.
-        options = dataclasses.replace(options, backend=selection.process_group_backend)
+        options = replace(options, backend=selection.process_group_backend)
     options = registry.backend_options(spec, options, cluster)
     for key, value in options.env_defaults.items():
         os.environ.setdefault(key, value)
@@ -614,7 +626,10 @@ def distributed(**kwargs: Any) -> Iterator[Context]:
     """Initialise for the duration of a `with` block: [`init`][accelbackends.init] on entry,
     [`destroy`][accelbackends.destroy] always on exit, also when the body raises.
 
-    Takes the same keyword arguments as [`init`][accelbackends.init].
+    Takes the same keyword arguments as [`init`][accelbackends.init]. Inside a group made before
+    the block (an earlier `init()`, or Ray Train's worker under
+    `accelbackends.integrations.ray.TorchConfig`), the block uses that group and leaves its
+    teardown to whoever made it; a `seed` the first call did not set is applied.
 
     Example:
         ```python
@@ -622,8 +637,10 @@ def distributed(**kwargs: Any) -> Iterator[Context]:
             print(ctx.rank, ctx.device)
         ```
     """
+    made = _state is None
     context = init(**kwargs)
     try:
         yield context
     finally:
-        destroy()
+        if made:
+            destroy()

@@ -16,7 +16,8 @@ The rules:
    scheduler started copies of it (Slurm step tasks, allocation nodes, SkyPilot nodes,
    ``PET_NNODES``, an MPI size) is an error: each copy would be a job of its own.
 3. **Per node**: fewer ranks on this node than the scheduler reserved for it
-   (``SKYPILOT_NUM_GPUS_PER_NODE``, ``PET_NPROC_PER_NODE``) is an error; so are more ranks than
+   (``SKYPILOT_NUM_GPUS_PER_NODE``, ``PET_NPROC_PER_NODE``) is an error; so are GPUs SkyPilot
+   reserved beside a CPU selection (the task would hold devices it never uses), more ranks than
    the selected accelerator has devices where Kubeflow's ``numProcPerNode`` decided the count
    (it counts CPUs unless a resource name contains "gpu": an Ascend or Gaudi pod gets one
    process per CPU), and a one-process pod with ``PET_NPROC_PER_NODE=auto`` that sees several
@@ -179,11 +180,20 @@ def _skypilot(env: Mapping[str, str]) -> Signal | None:
         processes=nodes[0] * max(1, gpus[0] if gpus else 1),
         copies=nodes[0],
         per_node=gpus[0] if gpus and gpus[0] > 0 else None,
-        fix="run `python train.py` on each node (accelbackends reads SKYPILOT_*), or with "
-        "several accelerators per node `torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank "
-        "$SKYPILOT_NODE_RANK --nproc-per-node $SKYPILOT_NUM_GPUS_PER_NODE --master-addr "
-        '$(echo "$SKYPILOT_NODE_IPS" | head -n1) --master-port 29500 train.py`',
+        fix=_SKYPILOT_TORCHRUN
+        if gpus and gpus[0] > 1
+        else "run `python train.py` on each node (accelbackends reads SKYPILOT_*), or with "
+        f"several accelerators per node {_SKYPILOT_TORCHRUN}",
     )
+
+
+# With several GPUs per node `python train.py` (one process per node) is what failed; only a
+# per-node launcher uses them all.
+_SKYPILOT_TORCHRUN = (
+    "make the run command `torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank "
+    "$SKYPILOT_NODE_RANK --nproc-per-node $SKYPILOT_NUM_GPUS_PER_NODE --master-addr "
+    '$(echo "$SKYPILOT_NODE_IPS" | head -n1) --master-port 29500 train.py`'
+)
 
 
 def _kubeflow(env: Mapping[str, str]) -> Signal | None:
@@ -267,8 +277,10 @@ def _accelerate_launch(env: Mapping[str, str], launcher: str) -> Signal | None:
         )
         + ": it sets MASTER_* only for --num_processes or --num_machines above 1",
         processes=2,
-        fix="add --multi_gpu (only then does accelerate launch start torchrun, CPU included: "
-        "`accelerate launch --multi_gpu --cpu --num_processes N train.py`), or run "
+        # Accelerate 1.15 refuses --cpu beside --multi_gpu ("You can only use one of --cpu,
+        # --multi_gpu ..."); --multi_gpu alone runs torchrun on a CPU-only machine too.
+        fix="add --multi_gpu (only then does accelerate launch start torchrun, on a CPU-only "
+        "machine too: `accelerate launch --multi_gpu --num_processes N train.py`), or run "
         "`torchrun --nproc-per-node N train.py`",
     )
 
@@ -344,7 +356,8 @@ def _environment_problem(cluster: ClusterInfo, env: Mapping[str, str]) -> str | 
     wrong = []
     for name, field_name in _JOB_VARIABLES.items():
         value = env.get(name, "").strip()
-        if value and value != str(getattr(cluster, field_name)):
+        said = getattr(cluster, "local_rank_variable" if name == "LOCAL_RANK" else field_name)
+        if value and value != str(said):
             wrong.append(
                 f"{name}={shown(value)} (the {cluster.launcher} launcher: "
                 f"{cluster.source(field_name)}={getattr(cluster, field_name)})"
@@ -375,6 +388,26 @@ def check(cluster: ClusterInfo, env: Mapping[str, str], *, standalone: bool = Fa
     return Verdict(signals=found, problem=problem, standalone=standalone)
 
 
+def _skypilot_devices(
+    cluster: ClusterInfo, status: AcceleratorStatus, env: Mapping[str, str]
+) -> str | None:
+    """GPUs SkyPilot reserved on every node beside a CPU selection: the task would hold
+    devices it never uses (the same refusal as Ray Train's integration's)."""
+    if cluster.launcher in _OWN_SCHEDULER or status.spec.device_type != "cpu":
+        return None
+    if not env.get("SKYPILOT_NODE_RANK", "").strip():
+        return None
+    gpus = _int(env, "SKYPILOT_NUM_GPUS_PER_NODE")
+    if gpus is None or gpus[0] < 1:
+        return None
+    return (
+        f"SkyPilot reserved {gpus[0]} GPU{'s' if gpus[0] != 1 else ''} on each node "
+        f"({gpus[1]}), but accelbackends selected the cpu accelerator: the task would hold "
+        "devices it never uses. Run `accelbackends info` on a node to see why no GPU was "
+        "selected, or leave `accelerators:` out of the task's resources"
+    )
+
+
 def check_devices(
     cluster: ClusterInfo,
     status: AcceleratorStatus,
@@ -382,8 +415,11 @@ def check_devices(
     *,
     standalone: bool = False,
 ) -> str | None:
-    """Kubeflow's ``PET_NPROC_PER_NODE`` against the visible devices of the selected
-    accelerator, or None where they agree (or there is nothing to compare)."""
+    """SkyPilot's reserved GPUs and Kubeflow's ``PET_NPROC_PER_NODE`` against the selected
+    accelerator and its visible devices, or None where they agree (or there is nothing to
+    compare)."""
+    if (problem := _skypilot_devices(cluster, status, env)) is not None:
+        return problem
     nproc = env.get("PET_NPROC_PER_NODE", "").strip()
     count = status.detection.device_count
     if not nproc or cluster.launcher in _OWN_SCHEDULER or status.spec.device_type == "cpu":

@@ -153,6 +153,10 @@ class ClusterInfo:
             ([`spawn`][accelbackends.spawn] sets it, in a directory only its user may enter):
             no port, no name lookups, nothing reachable from the network. (The name is older
             than the file: it was a Unix socket until accelbackends' own store was retired.)
+        virtual_local_rank: The launcher gives every worker ``LOCAL_RANK=0`` and makes one
+            device visible to each (torchrun's ``--virtual-local-rank``, torch 2.15): `local_rank`
+            is then the worker's real index on its node, derived from the other variables, and
+            the frameworks keep being told ``LOCAL_RANK=0`` (`local_rank_variable`).
     """
 
     launcher: str
@@ -167,6 +171,13 @@ class ClusterInfo:
     run_id: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
     store_socket: str | None = None
+    virtual_local_rank: bool = False
+
+    @property
+    def local_rank_variable(self) -> int:
+        """What ``LOCAL_RANK`` says in this process: `local_rank`, except 0 where the launcher
+        gives every worker a virtual local rank."""
+        return 0 if self.virtual_local_rank else self.local_rank
 
     def source(self, field_name: str) -> str:
         """The variable that `field_name` came from, or the field name where none is recorded."""

@@ -141,6 +141,7 @@ def test_builtin_environments_are_asked_in_the_documented_order() -> None:
     assert [name for name, _ in BUILTIN] == [
         "torchrun",
         "ray",
+        "deepspeed",
         "lsf",
         "openmpi",
         "mvapich",

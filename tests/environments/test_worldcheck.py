@@ -176,6 +176,7 @@ SMALLER = {
             **TORCHRUN_WORKER,
             "WORLD_SIZE": "4",
             "RANK": "1",
+            "GROUP_RANK": "0",
             "GROUP_WORLD_SIZE": "1",
         },
         ["OMPI_COMM_WORLD_SIZE=2", "torchrun --nnodes 2"],
@@ -287,12 +288,29 @@ def test_info_shows_the_same_verdict_and_exits_2(cli: Cli) -> None:
 
 
 def test_info_lists_the_signals_that_agree(cli: Cli) -> None:
-    done = _info(cli, SKYPILOT_NODE_1)
+    done = _info(cli, {**SKYPILOT_NODE_1, "SKYPILOT_NUM_GPUS_PER_NODE": "0"})
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)["cluster"]
     assert report["launcher"] == "skypilot"
     assert report["world_check"]["error"] is None
     assert report["world_check"]["signals"][0]["scheduler"] == "SkyPilot's run command"
+
+
+def test_gpus_skypilot_reserved_beside_a_cpu_selection_are_refused_not_agreed(cli: Cli) -> None:
+    # SKYPILOT_NODE_1 reserves one GPU per node; this machine's selection is the CPU.
+    done = _info(cli, SKYPILOT_NODE_1)
+    assert done.returncode == 2, done.stdout
+    error = json.loads(done.stdout)["cluster"]["world_check"]["error"]
+    assert "SKYPILOT_NUM_GPUS_PER_NODE=1" in error
+    assert "devices it never uses" in error
+    assert "selected the cpu accelerator" in error
+
+
+def test_init_refuses_gpus_skypilot_reserved_beside_a_cpu_selection() -> None:
+    with pytest.raises(ConfigError, match="devices it never uses"):
+        accelbackends.init(
+            registry=_registry({**SKYPILOT_NODE_1, "ACCELBACKENDS_ACCELERATOR": "cpu"})
+        )
 
 
 #: What `accelerate launch --num_processes 2` (no --multi_gpu) gives its one process (Accelerate
@@ -323,3 +341,12 @@ def test_accelerate_launch_with_one_process_or_under_torchrun_is_not_refused() -
         **{"GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "x", "ROLE_RANK": "0"},
     }
     assert verdict(torchrun).problem is None
+
+
+def test_the_fix_for_python_on_a_node_of_several_gpus_is_not_the_command_that_failed() -> None:
+    env = {**SKYPILOT_NODE_1, "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    problem = verdict(env).problem
+    assert problem is not None
+    fix = problem.split("Fix: ", 1)[1]
+    assert fix.startswith("make the run command `torchrun --nnodes"), fix
+    assert "python train.py" not in fix

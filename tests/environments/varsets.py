@@ -227,6 +227,34 @@ TORCHRUN_WORKER = {
     "MASTER_PORT": "39001",
 }
 
+#: torch 2.15's `torchrun --nnodes 2 --nproc-per-node 8 --virtual-local-rank` on node 1, worker 3
+#: (local_elastic_agent._set_local_rank_env): LOCAL_RANK=0 in every worker, its own GPU visible.
+TORCHRUN_VIRTUAL_WORKER = {
+    **TORCHRUN_WORKER,
+    "RANK": "11",
+    "WORLD_SIZE": "16",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "8",
+    "GROUP_RANK": "1",
+    "ROLE_RANK": "11",
+    "GROUP_WORLD_SIZE": "2",
+    "CUDA_VISIBLE_DEVICES": "3",
+}
+
+#: DeepSpeed 0.19.8's `deepspeed --hostfile hostfile` (two nodes of 8 GPUs, pdsh runner), the
+#: worker launcher/launch.py starts as rank 11 on node 1: no LOCAL_WORLD_SIZE, no NODE_RANK.
+DEEPSPEED_2x8 = {
+    "MASTER_ADDR": "node01",
+    "MASTER_PORT": "29500",
+    "WORLD_SIZE": "16",
+    "CROSS_RANK": "1",
+    "CROSS_SIZE": "2",
+    "LOCAL_SIZE": "8",
+    "RANK": "11",
+    "LOCAL_RANK": "3",
+    "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+    "PDSH_RCMD_TYPE": "ssh",
+}
 
 SLURM_PORT_200505 = port_from_id("200505.0")
 

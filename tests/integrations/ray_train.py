@@ -3,8 +3,10 @@
 ``python ray_train.py OUT`` runs two trainers in one Ray session (Ray's start-up is most of the
 time): two workers train a small model with DDP, and each writes what ``accelbackends.attach()``
 said and its final weights to ``OUT/rank<N>.json``; under Ray's own TorchConfig each worker
-writes what ``attach()`` says to ``OUT/attached<N>.json``; then Ray gives one worker a (declared)
-GPU while accelbackends selects cpu, and the failure's message goes to ``OUT/error.txt``.
+writes what ``attach()`` says to ``OUT/attached<N>.json``; the README's example (``with
+accelbackends.distributed(seed=0)``) writes what it saw to ``OUT/readme<N>.json``; then Ray gives
+one worker a (declared) GPU while accelbackends selects cpu, and the failure's message goes to
+``OUT/error.txt``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,27 @@ def attach_only(config: dict[str, str]) -> None:
     (Path(config["out"]) / f"attached{ctx.rank}.json").write_text(json.dumps(report))
 
 
+def readme_example(config: dict[str, str]) -> None:
+    """The README's script, as it stands, inside a worker TorchConfig() initialised (seed=None)."""
+    import torch
+    import torch.distributed as dist
+
+    import accelbackends
+
+    with accelbackends.distributed(seed=0) as ctx:
+        first_draw = torch.rand(1).item()  # seeded by this block: the same on every worker
+        grad = torch.ones(4, device=ctx.device) * ctx.rank
+        dist.all_reduce(grad)
+    report = {
+        "rank": ctx.rank,
+        "seed": ctx.seed,
+        "draw": first_draw,
+        "grad": grad.tolist(),
+        "group_alive_after_block": dist.is_initialized(),
+    }
+    (Path(config["out"]) / f"readme{ctx.rank}.json").write_text(json.dumps(report))
+
+
 def main() -> None:
     # One declared GPU: Ray hands it out to a worker that asks, though this machine has none.
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
@@ -81,6 +104,13 @@ def main() -> None:
         train_loop_config={"out": str(OUT)},
         # "on": cores of its own per worker where there are enough, else the NUMA node's.
         torch_config=TorchConfig(rendezvous_timeout_s=60, cpu_affinity="on"),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=run,
+    ).fit()
+    TorchTrainer(
+        readme_example,
+        train_loop_config={"out": str(OUT)},
+        torch_config=TorchConfig(),
         scaling_config=ScalingConfig(num_workers=2),
         run_config=run,
     ).fit()

@@ -20,14 +20,14 @@ HERE = Path(__file__).parent
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
-Run = tuple[list[dict[str, Any]], list[dict[str, Any]], str]
+Run = tuple[list[dict[str, Any]], list[dict[str, Any]], str, Path]
 
 
 @pytest.fixture(scope="module")
 def ray_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """One Ray session running the trainers of ``ray_train.py``: (each rank's report, what
     attach() said under Ray's own TorchConfig, the error of the trainer whose GPU request
-    disagrees with the selection)."""
+    disagrees with the selection, the folder the trainers wrote to)."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed (pip install 'ray[train]'; .ci/engines.sh does)")
     out = tmp_path_factory.mktemp("ray")
@@ -49,13 +49,13 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     reports = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     attached = [json.loads(p.read_text()) for p in sorted(out.glob("attached*.json"))]
-    return reports, attached, (out / "error.txt").read_text()
+    return reports, attached, (out / "error.txt").read_text(), out
 
 
 def test_two_ray_train_workers_train_on_the_group_accelbackends_made(
     ray_run: Run,
 ) -> None:
-    reports, _, _ = ray_run
+    reports, _, _, _ = ray_run
     assert [r["rank"] for r in reports] == [0, 1]
     for report in reports:
         assert (report["world_size"], report["group_world_size"]) == (2, 2)
@@ -77,14 +77,25 @@ def test_two_ray_train_workers_train_on_the_group_accelbackends_made(
 def test_a_ray_gpu_request_beside_a_cpu_selection_fails_naming_both(
     ray_run: Run,
 ) -> None:
-    _, _, error = ray_run
+    _, _, error, _ = ray_run
     assert "ConfigError" in error, error
     assert "Ray gave each worker {GPU: 1}" in error
     assert "accelbackends selected the cpu accelerator" in error
 
 
+def test_the_readmes_seeded_with_block_runs_in_a_worker_torch_config_initialised(
+    ray_run: Run,
+) -> None:
+    readme = [json.loads(p.read_text()) for p in sorted(ray_run[3].glob("readme*.json"))]
+    assert [(r["rank"], r["seed"]) for r in readme] == [(0, 0), (1, 0)]
+    assert readme[0]["draw"] == readme[1]["draw"]  # seed=0 applied in both workers
+    assert readme[0]["grad"] == readme[1]["grad"] == [1.0] * 4  # 0 + 1 over the worker group
+    # The block used the group TorchConfig made and left its teardown to Ray.
+    assert all(r["group_alive_after_block"] for r in readme)
+
+
 def test_attach_under_rays_own_torch_config_names_the_ray_launcher(ray_run: Run) -> None:
-    _, attached, _ = ray_run
+    _, attached, _, _ = ray_run
     assert [(a["launcher"], a["rank"], a["world_size"]) for a in attached] == [
         ("ray", 0, 2),
         ("ray", 1, 2),
