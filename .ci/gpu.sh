@@ -8,7 +8,8 @@
 # About 8 minutes on one GPU (ACCELBACKENDS_GPU_BUDGET, seconds, bounds it: the suite gets what the
 # other steps leave). CI does not run it: CI's machines have no GPU.
 #
-# Usage: .ci/gpu.sh                 (PYTHON=... picks the interpreter that holds the CUDA torch)
+# Usage: .ci/gpu.sh                 (PYTHON=... picks the interpreter that holds the CUDA torch;
+#                                   ACCELBACKENDS_GPU_SKIP=benchmark,... leaves steps out)
 # On a node without a package index, point pip at a folder of wheels for the build backend
 # (hatchling and what it needs) the usual way: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR .ci/gpu.sh
 set -uo pipefail
@@ -27,9 +28,15 @@ if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() el
     exit 2
 fi
 
+# ACCELBACKENDS_GPU_SKIP: comma-separated steps to leave out (e.g. benchmark, for a rerun).
+skip=",${ACCELBACKENDS_GPU_SKIP:-},"
 step() {
     local name=$1 limit=$2 began=$SECONDS status=0
     shift 2
+    if [[ $skip == *",$name,"* ]]; then
+        echo "gpu lane: $name: left out (ACCELBACKENDS_GPU_SKIP)" >&2
+        return 0
+    fi
     echo "gpu lane: $name" >&2
     if [ "$(type -t "$1")" = function ]; then
         "$@" >"$out/$name.log" 2>&1 || status=$?
@@ -82,7 +89,7 @@ print(json.dumps({"gpu": name, "gpus": torch.cuda.device_count(), "driver": driv
 # temporary directories); the suite runs one test at a time without it.
 parallel=()
 if "$py" -c 'import xdist' 2>/dev/null; then
-    parallel=(-n "$(($(nproc) > 8 ? 8 : $(nproc)))")
+    parallel=(-n "${ACCELBACKENDS_GPU_WORKERS:-$(($(nproc) > 8 ? 8 : $(nproc)))}")
 fi
 step info 60 "$work/venv/bin/accelbackends" info
 step gpu-tests 120 "$py" -m pytest -p no:cacheprovider -v -rs tests/gpu --junitxml "$out/gpu-tests.xml"
@@ -100,7 +107,9 @@ fi
 # by default) after the benchmark's share; -v prints one line per test as it ends, so a run cut
 # at its limit still shows how far it came and what failed.
 budget=${ACCELBACKENDS_GPU_BUDGET:-480}
-suite_limit=$((budget - (SECONDS - started) - 120))
+reserve=120
+[[ $skip == *",benchmark,"* ]] && reserve=0
+suite_limit=$((budget - (SECONDS - started) - reserve))
 [ "$suite_limit" -ge 60 ] || suite_limit=60
 step suite "$suite_limit" "$py" -m pytest -p no:cacheprovider -v -rfEs "${parallel[@]}" \
     --junitxml "$out/suite.xml"
