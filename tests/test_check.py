@@ -863,3 +863,16 @@ def test_env_rank_that_lost_contact_names_the_peer_whose_process_ended_on_its_ho
             }
         ]
         assert report["failing_nodes"] == [socket.gethostname()]
+
+
+def test_send_recv_ring_over_gloo_skips_gpu_tensors_naming_why() -> None:
+    # Gloo's point-to-point path aborts the process on a GPU tensor; its collectives do not.
+    import types
+
+    import torch
+
+    from accelbackends.cli.check import collectives
+
+    ctx = types.SimpleNamespace(world_size=2, rank=0, backend="gloo", device=torch.device("meta"))
+    said = collectives._send_recv_ring(ctx, "float32", None)  # type: ignore[arg-type]
+    assert said == "skipped: Gloo sends and receives host tensors only, not meta ones"

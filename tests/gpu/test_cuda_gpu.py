@@ -203,3 +203,25 @@ def test_the_process_group_string_as_backend_runs_nccl() -> None:
         assert report["process_group_backend"] == "cpu:gloo,cuda:nccl"
         assert report["device"] == f"cuda:{rank}"
         assert (report["cpu_sum"], report["device_sum"]) == (n * (n + 1) / 2,) * 2
+
+
+def test_check_with_gpu_tensors_over_gloo_on_one_shared_gpu_passes() -> None:
+    # Two ranks on GPU 0 over Gloo: its send/recv takes host tensors only (a GPU tensor aborted
+    # rank 0 with "writev ... Bad address"), so check skips that ring and says why.
+    import json as _json
+    import subprocess
+
+    env = _env(ACCELBACKENDS_SHARE_DEVICES="1", ACCELBACKENDS_BACKEND="gloo")
+    env["CUDA_VISIBLE_DEVICES"] = "0"
+    done = subprocess.run(
+        [sys.executable, "-m", "accelbackends", "check", "--nproc", "2", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    report = _json.loads(done.stdout)
+    assert done.returncode == 0, (report.get("error"), done.stderr[-2000:])
+    ring = [c for c in report["checks"] if c["name"].startswith("send/recv ring")]
+    assert ring and all("host tensors only" in c["detail"] for c in ring), ring
