@@ -225,3 +225,75 @@ def test_check_with_gpu_tensors_over_gloo_on_one_shared_gpu_passes() -> None:
     assert done.returncode == 0, (report.get("error"), done.stderr[-2000:])
     ring = [c for c in report["checks"] if c["name"].startswith("send/recv ring")]
     assert ring and all("host tensors only" in c["detail"] for c in ring), ring
+
+
+def _program(name: str, **env: str) -> dict[str, Any]:
+    import json as _json
+    import re
+    import subprocess
+    from pathlib import Path
+
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("gpu_programs.py")), name],
+        capture_output=True,
+        text=True,
+        env=_env(**env),
+        timeout=300,
+        check=False,
+    )
+    found = re.findall(r"^RESULT (.*)$", done.stdout, re.M)
+    assert done.returncode == 0 and found, done.stdout[-2000:] + done.stderr[-4000:]
+    return dict(_json.loads(found[-1]))
+
+
+def _needs(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed here (pip install -e '.[frameworks]')")
+
+
+def test_one_rank_check_measures_the_device_copy_and_no_collective_bandwidth() -> None:
+    import json as _json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "accelbackends", "check", "--nproc", "1", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(CUDA_VISIBLE_DEVICES="0"),
+        timeout=300,
+        check=False,
+    )
+    report = _json.loads(done.stdout)
+    assert done.returncode == 0, (report.get("error"), done.stderr[-2000:])
+    assert report["bandwidth"] == [] and report["device_copy"]["device"] == "cuda:0"
+    # A copy moves real bytes: far above nothing, below what any HBM can do (10 TB/s).
+    assert 10 < report["device_copy"]["gbps"] < 10_000, report["device_copy"]
+
+
+def test_spawn_on_one_gpu_binds_cuda_0_and_communicates() -> None:
+    assert _program("spawn", CUDA_VISIBLE_DEVICES="0")["returned"] == ["cuda:0 4"]
+
+
+def test_a_rank_that_dies_on_the_gpu_is_named_first_with_its_signal() -> None:
+    error = _program(
+        "spawn-dies",
+        CUDA_VISIBLE_DEVICES="0",
+        ACCELBACKENDS_SHARE_DEVICES="1",
+        ACCELBACKENDS_BACKEND="gloo",
+    )["error"]
+    assert error.startswith("rank 0 of 2 was killed by SIGSEGV"), error
+
+
+def test_lightning_trains_on_the_gpu_through_the_environment_plugin() -> None:
+    _needs("lightning")
+    found = _program("lightning", CUDA_VISIBLE_DEVICES="0")
+    assert (found["device"], found["world_size"]) == ("cuda:0", 1), found
+    assert found["backend"] == "nccl", found
+
+
+def test_accelerate_after_init_trains_on_the_gpu_accelbackends_bound() -> None:
+    _needs("accelerate")
+    found = _program("accelerate", CUDA_VISIBLE_DEVICES="0")
+    assert found["device"] == found["ctx_device"] == "cuda:0", found
