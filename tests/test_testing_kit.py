@@ -334,8 +334,16 @@ def test_clean_environment_drops_every_variable_a_built_in_environment_reads() -
     import ast
     import re
 
-    # The names in __all__ of _common and of variables.
-    not_variables = {"DEFAULT_PORT", "MAX_COUNT", "LAUNCHER_PREFIXES", "LAUNCHER_VARIABLES"}
+    # The names in __all__ of _common and of variables; and the machine's visible devices, which
+    # torchrun's --virtual-local-rank sets per worker but which say which GPUs a test may use,
+    # not how it was launched (clean_environment keeps them).
+    not_variables = {
+        "DEFAULT_PORT",
+        "MAX_COUNT",
+        "LAUNCHER_PREFIXES",
+        "LAUNCHER_VARIABLES",
+        "CUDA_VISIBLE_DEVICES",
+    }
     read = {
         node.value
         for path in (ROOT / "accelbackends" / "environments").glob("*.py")
