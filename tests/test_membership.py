@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelbackends import ConfigError
+from accelbackends import ConfigError, RendezvousError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
 
@@ -435,8 +435,6 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
 
     import torch.distributed as dist
 
-    from accelbackends import RendezvousError
-
     env = {"XDG_CONFIG_HOME": str(config_home)}
     secret = membership.load_secret(env)
     server = dist.TCPStore(
@@ -571,3 +569,56 @@ def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
     message = _error_line(err0)
     assert re.search(r"rank 1 \([^)]*pid \d+\) refused its configuration and left: ", message)
     assert "nosuch" in message
+
+
+# --- ranks that chose differently -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ranks_that_chose_different_backends_are_refused_by_rank_zero_before_the_group(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: nothing compared what the ranks chose; ranks on different backends waited for
+    each other until the collective timeout (30 min), then blamed an intruder or a crash.
+    Rank 1 here asks for the process group's string ``cpu:gloo``, rank 0 takes ``gloo``: both
+    ranks fail at the rendezvous with rank 0's message naming each side and why."""
+    port = _free_port()
+    # A collective timeout far past the test's limit: a rank that entered the group and waited
+    # for its peer would show as a process past LIMIT.
+    slow = {"ACCELBACKENDS_TIMEOUT": "1800"}
+    zero = _start("victim.py", _rank_env(config_home, 0, port, **slow))
+    processes.append(zero)
+    one = _start(
+        "victim.py", _rank_env(config_home, 1, port, ACCELBACKENDS_BACKEND="cpu:gloo", **slow)
+    )
+    processes.append(one)
+    for code, out, err in (_finish(zero), _finish(one)):
+        assert code != 0 and "all_reduce calls" not in out
+        line = _error_line(err)
+        assert "chose different accelerators or backends" in line, err
+        assert "rank 0 chose cpu with gloo (process group 'gloo'), because: the only" in line
+        assert "rank 1 chose cpu with gloo (process group 'cpu:gloo'), because: the only" in line
+        assert "requested by ACCELBACKENDS_BACKEND=cpu:gloo" in line
+        assert "set ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike" in line
+
+
+def test_choices_are_grouped_by_what_each_rank_chose_with_the_first_ranks_reason() -> None:
+    gpu = {
+        "accelerator": "cuda",
+        "backend": "nccl",
+        "process_group_backend": "cpu:gloo,cuda:nccl",
+        "reason": "the highest priority available",
+    }
+    cpu = {**gpu, "accelerator": "cpu", "backend": "gloo", "process_group_backend": "gloo"}
+    broken = {**cpu, "reason": "cuda refused: driver too old"}
+    membership._check_choices([gpu, gpu, gpu, gpu], "here")  # one group: admitted
+    with pytest.raises(RendezvousError) as refused:
+        membership._check_choices([gpu, broken, gpu, cpu], "here")
+    assert str(refused.value) == (
+        "rank 0: the ranks of the rendezvous at here chose different accelerators or backends, "
+        "so their collectives would never meet: ranks 0, 2 chose cuda with nccl (process group "
+        "'cpu:gloo,cuda:nccl'), because: the highest priority available; ranks 1, 3 chose cpu "
+        "with gloo (process group 'gloo'), because: cuda refused: driver too old; make every "
+        "rank choose the same (repair the node that chose differently, or set "
+        "ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike on every rank)"
+    )

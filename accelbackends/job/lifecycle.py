@@ -430,6 +430,14 @@ def _initialise(
         generation=_generation if cluster.rank == 0 else _generation + 1,
         server=server.store,
         env=registry.env,
+        # Compared by rank 0 before init_process_group: ranks that chose differently would
+        # wait for each other the whole collective timeout.
+        choice={
+            "accelerator": spec.name,
+            "backend": selection.backend,
+            "process_group_backend": options.backend,
+            "reason": f"{selection.reason}; {selection.backend}: {selection.backend_reason}",
+        },
     )
     if cluster.rank != 0 and rendezvous.generation:
         _generation = rendezvous.generation
