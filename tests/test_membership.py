@@ -571,6 +571,41 @@ def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
     assert "nosuch" in message
 
 
+@pytest.mark.slow
+def test_rank_whose_init_fails_with_an_init_error_tells_every_rank_naming_it(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: only ConfigError and SelectionError reached rank 0; a rank whose init() failed
+    with InitError (here: torch.distributed already initialised by its own code) left rank 0
+    waiting the whole rendezvous timeout, then blamed as "never started"."""
+    port = _free_port()
+    # A rendezvous timeout past the test's limit: waiting for it shows as a process past LIMIT.
+    waits = {"ACCELBACKENDS_RENDEZVOUS_TIMEOUT": str(3 * LIMIT)}
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port, **waits))
+    processes.append(rank_zero)
+    failing = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import torch.distributed as dist, accelbackends\n"
+            "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+            "accelbackends.init()",
+        ],
+        env=_rank_env(config_home, 1, port, **waits),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(failing)
+    code1, _, err1 = _finish(failing)
+    assert code1 != 0 and "InitError: torch.distributed is already initialised" in err1
+    code0, out0, err0 = _finish(rank_zero)
+    assert code0 != 0 and "all_reduce calls" not in out0
+    message = _error_line(err0)
+    assert re.search(r"rank 1 \([^)]*pid \d+\) failed in init\(\) and left: ", message), err0
+    assert "torch.distributed is already initialised by code outside accelbackends" in message
+
+
 # --- ranks that chose differently -------------------------------------------------------------
 
 
