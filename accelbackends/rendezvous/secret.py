@@ -241,9 +241,10 @@ def _walk(
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(candidate)
         except OSError as exc:
+            at = f": {candidate}" if names else ""  # the file itself is named by ``where``
             raise ConfigError(
-                f"{where}: the secret file cannot be read ({exc.strerror}: {candidate}); give "
-                "the path of a file only you can read, a secret value, or 'off'"
+                f"{where}: the secret file cannot be read ({exc.strerror}{at}); give the path "
+                "of a file only you can read, a secret value, or 'off'"
             ) from None
         if stat.S_ISLNK(info.st_mode):
             links.append((candidate, target, info.st_uid))
