@@ -293,3 +293,87 @@ def test_an_entry_point_from_the_cache_loads_what_its_value_names() -> None:
     assert _installed.EntryPoint("os", "os", "group").load() is os
     with pytest.raises(ValueError, match="not module:attr"):
         _installed.EntryPoint("bad", "not a value!", "group").load()
+
+
+def _warm_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A settled site with one plugin on ``sys.path`` alone, and its cache file written;
+    returns the site and the cache file."""
+    site = install_distribution(tmp_path / "site", "mine", "abplugin_mine", source=_PLUGIN)
+    points = next(site.glob("*.dist-info"))
+    _settled(site, points, points / "entry_points.txt", points / "METADATA")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    _installed.entry_points("accelbackends")
+    _installed.distribution("accelbackends-mine")
+    cache = _installed.cache_path()
+    assert cache is not None and Path(cache).is_file()
+    monkeypatch.setattr(_installed, "_snapshot", None)
+    return site, Path(cache)
+
+
+_MINE = [("mine", "abplugin_mine", "accelbackends-mine", "1.0")]
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {"entry_points:accelbackends": [["mine", "abplugin_mine"]]},
+        {"entry_points:accelbackends": "mine"},
+        {"entry_points:accelbackends": [[1, 2, 3, 4]]},
+        {"distribution:accelbackends-mine": ["accelbackends-mine", "1.0"]},
+        {"distribution:accelbackends-mine": {"name": "x"}},
+        {"something:else": []},
+        [],
+    ],
+    ids=["short-entry", "string", "numbers", "short-dist", "dict-dist", "unknown-key", "list"],
+)
+def test_a_cache_whose_stamp_matches_but_whose_answers_have_another_shape_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, facts: object
+) -> None:
+    """Before: a matching stamp was enough; another shape of answers made ``info`` exit 1
+    with a traceback and ``init()`` raise a bare ValueError."""
+    _, cache = _warm_cache(tmp_path, monkeypatch)
+    data = json.loads(cache.read_text())
+    data["facts"] = facts
+    cache.write_text(json.dumps(data))
+    found = _installed.entry_points("accelbackends")
+    assert [(ep.name, ep.value, ep.distribution, ep.version) for ep in found] == _MINE
+    mine = _installed.distribution("accelbackends-mine")
+    assert mine is not None and mine[:2] == ("accelbackends-mine", "1.0")
+    assert Path(mine.location) == tmp_path / "site"
+    rebuilt = json.loads(cache.read_text())["facts"]
+    assert rebuilt["entry_points:accelbackends"] == [list(_MINE[0])]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "oversized", "deeply-nested"])
+def test_a_cache_that_is_no_regular_file_or_too_large_is_rebuilt_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Before: a FIFO in the cache's place hung ``info`` and ``init()``; a link to /dev/zero
+    ended in MemoryError. Read in a child: a hang shows as a child past its limit."""
+    site = install_distribution(tmp_path / "site", "mine", "abplugin_mine", source=_PLUGIN)
+    # The child's sys.path: the site and the standard library (importlib.metadata needs it).
+    code = (
+        _WARM + "import sys\n"
+        f"sys.path[:] = [{str(site)!r}, *(p for p in sys.path if p and 'site-packages' not in p)]\n"
+        "print(installed.cache_path())\n"
+        "print([tuple(ep) for ep in installed.entry_points('accelbackends')])"
+    )
+    env = _child_env(tmp_path / "cache")
+    path, answer = _run(code, env, tmp_path).stdout.splitlines()
+    assert "abplugin_mine" in answer
+    cache = Path(path)
+    cache.unlink()
+    if kind == "fifo":
+        os.mkfifo(cache, 0o600)
+    elif kind == "dev-zero-link":
+        cache.symlink_to("/dev/zero")
+    elif kind == "oversized":
+        with open(cache, "wb") as handle:
+            handle.truncate(_installed.MAX_BYTES + 1)  # sparse
+    else:
+        cache.write_text("[" * 100_000)
+    assert _run(code, env, tmp_path).stdout.splitlines() == [path, answer]
+    assert cache.is_file() and not cache.is_symlink()  # replaced by a good cache
+    assert "abplugin_mine" in cache.read_text()

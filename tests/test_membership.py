@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelbackends import ConfigError
+from accelbackends import ConfigError, RendezvousError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
 
@@ -153,10 +153,10 @@ def test_secret_from_a_value_a_file_or_off(tmp_path: Path) -> None:
     assert value.key == b"correct horse battery staple"
     assert "staple" not in value.source and "a value" in value.source
     file = tmp_path / "job.secret"
-    file.write_text("from-a-file\n")
+    file.write_text("from-a-file-of-some-length\n")
     file.chmod(0o600)
     from_file = membership.load_secret({membership.SECRET: str(file)})
-    assert from_file.key == b"from-a-file" and str(file) in from_file.source
+    assert from_file.key == b"from-a-file-of-some-length" and str(file) in from_file.source
     with warnings.catch_warnings():  # warned about once per process (tested below)
         warnings.simplefilter("ignore")
         off = membership.load_secret({membership.SECRET: "OFF"})
@@ -210,7 +210,7 @@ def test_secret_file_of_another_user_is_refused(config_home: Path) -> None:
     file.write_text("a-long-random-shared-value\n")
     file.chmod(0o600)
     os.chown(file, 65534, 65534)
-    with pytest.raises(ConfigError, match=r"belongs to another user \(uid 65534\)"):
+    with pytest.raises(ConfigError, match=r"belongs to another user \(uid 65534 \(nobody\)\)"):
         membership.load_secret({membership.SECRET: str(file)})
 
 
@@ -223,8 +223,8 @@ def test_short_secret_value_is_refused_by_init_and_info_alike(value: str) -> Non
         membership.load_secret(env)
     assert membership.info_line(env).startswith(f"error: {membership.SECRET} holds a value")
     assert value not in membership.info_line(env).replace(membership.SECRET, "")
-    long_enough = {membership.SECRET: value + "y" * 16}
-    assert membership.load_secret(long_enough).key == (value + "y" * 16).encode()
+    long_enough = {membership.SECRET: value + "0123456789abcdef"}
+    assert membership.load_secret(long_enough).key == (value + "0123456789abcdef").encode()
 
 
 def test_secret_off_warns_once_in_library_mode() -> None:
@@ -435,8 +435,6 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
 
     import torch.distributed as dist
 
-    from accelbackends import RendezvousError
-
     env = {"XDG_CONFIG_HOME": str(config_home)}
     secret = membership.load_secret(env)
     server = dist.TCPStore(
@@ -571,3 +569,91 @@ def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
     message = _error_line(err0)
     assert re.search(r"rank 1 \([^)]*pid \d+\) refused its configuration and left: ", message)
     assert "nosuch" in message
+
+
+@pytest.mark.slow
+def test_rank_whose_init_fails_with_an_init_error_tells_every_rank_naming_it(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: only ConfigError and SelectionError reached rank 0; a rank whose init() failed
+    with InitError (here: torch.distributed already initialised by its own code) left rank 0
+    waiting the whole rendezvous timeout, then blamed as "never started"."""
+    port = _free_port()
+    # A rendezvous timeout past the test's limit: waiting for it shows as a process past LIMIT.
+    waits = {"ACCELBACKENDS_RENDEZVOUS_TIMEOUT": str(3 * LIMIT)}
+    rank_zero = _start("victim.py", _rank_env(config_home, 0, port, **waits))
+    processes.append(rank_zero)
+    failing = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import torch.distributed as dist, accelbackends\n"
+            "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+            "accelbackends.init()",
+        ],
+        env=_rank_env(config_home, 1, port, **waits),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(failing)
+    code1, _, err1 = _finish(failing)
+    assert code1 != 0 and "InitError: torch.distributed is already initialised" in err1
+    code0, out0, err0 = _finish(rank_zero)
+    assert code0 != 0 and "all_reduce calls" not in out0
+    message = _error_line(err0)
+    assert re.search(r"rank 1 \([^)]*pid \d+\) failed in init\(\) and left: ", message), err0
+    assert "torch.distributed is already initialised by code outside accelbackends" in message
+
+
+# --- ranks that chose differently -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ranks_that_chose_different_backends_are_refused_by_rank_zero_before_the_group(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: nothing compared what the ranks chose; ranks on different backends waited for
+    each other until the collective timeout (30 min), then blamed an intruder or a crash.
+    Rank 1 here asks for the process group's string ``cpu:gloo``, rank 0 takes ``gloo``: both
+    ranks fail at the rendezvous with rank 0's message naming each side and why."""
+    port = _free_port()
+    # A collective timeout far past the test's limit: a rank that entered the group and waited
+    # for its peer would show as a process past LIMIT.
+    slow = {"ACCELBACKENDS_TIMEOUT": "1800"}
+    zero = _start("victim.py", _rank_env(config_home, 0, port, **slow))
+    processes.append(zero)
+    one = _start(
+        "victim.py", _rank_env(config_home, 1, port, ACCELBACKENDS_BACKEND="cpu:gloo", **slow)
+    )
+    processes.append(one)
+    for code, out, err in (_finish(zero), _finish(one)):
+        assert code != 0 and "all_reduce calls" not in out
+        line = _error_line(err)
+        assert "chose different accelerators or backends" in line, err
+        assert "rank 0 chose cpu with gloo (process group 'gloo'), because: the only" in line
+        assert "rank 1 chose cpu with gloo (process group 'cpu:gloo'), because: the only" in line
+        assert "requested by ACCELBACKENDS_BACKEND=cpu:gloo" in line
+        assert "set ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike" in line
+
+
+def test_choices_are_grouped_by_what_each_rank_chose_with_the_first_ranks_reason() -> None:
+    gpu = {
+        "accelerator": "cuda",
+        "backend": "nccl",
+        "process_group_backend": "cpu:gloo,cuda:nccl",
+        "reason": "the highest priority available",
+    }
+    cpu = {**gpu, "accelerator": "cpu", "backend": "gloo", "process_group_backend": "gloo"}
+    broken = {**cpu, "reason": "cuda refused: driver too old"}
+    membership._check_choices([gpu, gpu, gpu, gpu], "here")  # one group: admitted
+    with pytest.raises(RendezvousError) as refused:
+        membership._check_choices([gpu, broken, gpu, cpu], "here")
+    assert str(refused.value) == (
+        "rank 0: the ranks of the rendezvous at here chose different accelerators or backends, "
+        "so their collectives would never meet: ranks 0, 2 chose cuda with nccl (process group "
+        "'cpu:gloo,cuda:nccl'), because: the highest priority available; ranks 1, 3 chose cpu "
+        "with gloo (process group 'gloo'), because: cuda refused: driver too old; make every "
+        "rank choose the same (repair the node that chose differently, or set "
+        "ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike on every rank)"
+    )

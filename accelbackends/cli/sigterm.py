@@ -61,10 +61,12 @@ class Watchdog:
                 data = os.read(wakeup, 64)
             except OSError:
                 return
-            if not data or _STOP in data:
-                return
+            # SIGTERM first: written by the signal before the block ended, it may be one whose
+            # Python handler never ran (see watch_sigterm), and must still end the process.
             if signal.SIGTERM in data:
                 break
+            if not data or _STOP in data:
+                return
         if self._handled.wait(self.grace):
             return
         try:
@@ -105,7 +107,12 @@ def watch_sigterm(
         signal.set_wakeup_fd(previous)
         with suppress(OSError):
             os.write(write_end, _STOP)
-        thread.join(timeout=1)
+        # Waited for until it has read everything the signals wrote: a SIGTERM that arrived
+        # while the caller put back its previous handler was recorded here, but CPython drops
+        # a signal whose Python handler is reset to the default before it runs (bpo-43406),
+        # so the command would have returned its verdict, success included. The thread then
+        # ends the process within the grace; otherwise it returns at once.
+        thread.join(timeout=grace + 1)
         os.close(write_end)
         if not thread.is_alive():
             os.close(read_end)

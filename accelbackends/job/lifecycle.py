@@ -43,7 +43,6 @@ from ..plugin.errors import (
     ConfigError,
     InitError,
     RendezvousError,
-    SelectionError,
     describe,
     first_line,
 )
@@ -277,17 +276,22 @@ def init(
 
 @contextlib.contextmanager
 def _refusal_told(cluster: ClusterInfo, join_s: float) -> Iterator[None]:
-    """A rank other than 0 that refuses its configuration (a bad variable, an accelerator
-    this node lacks, a placement the world check refuses) tells rank 0 through the store as
-    it leaves: where the launcher does not stop the job (MPICH's Hydra, plain env://), the
-    other ranks would otherwise wait for it the whole rendezvous timeout (issue 28)."""
+    """A rank other than 0 whose ``init()`` fails (a bad variable, an accelerator this node
+    lacks, a placement the world check refuses, a device the runtime refuses, a failing bind
+    or deep check) tells rank 0 through the store as it leaves: where the launcher does not
+    stop the job (MPICH's Hydra, plain env://), the other ranks would otherwise wait for it the
+    whole rendezvous timeout (issue 28). A rendezvous error is not told: rank 0 learns of it
+    through the rendezvous itself."""
     try:
         yield
-    except (ConfigError, SelectionError) as exc:
+    except RendezvousError:
+        raise
+    except AccelBackendsError as exc:
+        what = "refused its configuration" if isinstance(exc, ConfigError) else "failed in init()"
         tell_the_job(
             cluster,
-            f"rank {cluster.rank} ({socket.gethostname()}, pid {os.getpid()}) refused its "
-            f"configuration and left: {first_line(exc)}",
+            f"rank {cluster.rank} ({socket.gethostname()}, pid {os.getpid()}) {what} and "
+            f"left: {first_line(exc)}",
             min(join_s, _TELL_LIMIT),
         )
         raise
@@ -442,6 +446,14 @@ def _initialise(
         generation=_generation if cluster.rank == 0 else _generation + 1,
         server=server.store,
         env=registry.env,
+        # Compared by rank 0 before init_process_group: ranks that chose differently would
+        # wait for each other the whole collective timeout.
+        choice={
+            "accelerator": spec.name,
+            "backend": selection.backend,
+            "process_group_backend": options.backend,
+            "reason": f"{selection.reason}; {selection.backend}: {selection.backend_reason}",
+        },
     )
     if cluster.rank != 0 and rendezvous.generation:
         _generation = rendezvous.generation

@@ -30,7 +30,9 @@ seen by the next process, never missed. Two more rules keep it exact:
 
 Only answers about ``sys.path`` itself are cached; a caller asking about other directories
 (tests pointing a probe at a fake tree) always gets `importlib.metadata`'s fresh answer. A
-cache file that cannot be read, parsed or written is ignored: it can cost time, never a plugin.
+cache file that cannot be read, parsed or written, or whose answers have another shape than
+this module writes (or that is not a regular file of the user's, or is too large: refused
+without being read) is ignored and rewritten: it can cost time, never a plugin.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import importlib
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -60,6 +63,8 @@ __all__ = [
 SETTLE_SECONDS = 2.0
 #: Cache files kept (one per ``sys.path`` seen); the least recently written go first.
 KEEP_FILES = 32
+#: The largest cache file read; a real one is tens of kilobytes.
+MAX_BYTES = 16 << 20
 _FORMAT = 1
 _lock = threading.Lock()
 #: This process's view: the directories it was taken for, the stamp, the answers, and whether
@@ -276,15 +281,57 @@ def _settled(stamp: dict[str, Any], now: float) -> bool:
 
 
 def _load(path: str, stamp: dict[str, Any]) -> dict[str, Any] | None:
+    """The answers in the cache file at ``path`` where its stamp is ``stamp`` and every answer
+    has the shape this module writes; None (read afresh, rewrite) on any doubt. Only a regular
+    file of this user's, no larger than `MAX_BYTES`, is read at all: a FIFO would block, a
+    device or a link (to ``/dev/zero``) fill memory."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        status = os.fstat(descriptor)
+        if (
+            not stat.S_ISREG(status.st_mode)
+            or status.st_uid != os.getuid()
+            or status.st_size > MAX_BYTES
+        ):
+            return None
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            raw = handle.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+        return None
+    finally:
+        os.close(descriptor)
     if not isinstance(data, dict) or data.get("stamp") != stamp:
         return None
     facts = data.get("facts")
-    return facts if isinstance(facts, dict) else None
+    if not isinstance(facts, dict) or not all(_well_formed(k, v) for k, v in facts.items()):
+        return None
+    return facts
+
+
+def _strings(value: Any, count: int) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == count
+        and all(isinstance(item, str) for item in value)
+    )
+
+
+def _well_formed(key: Any, value: Any) -> bool:
+    """Whether ``value`` has the shape `_read_entry_points` or `_read_distribution` gives the
+    answer ``key``."""
+    if not isinstance(key, str):
+        return False
+    if key.startswith("entry_points:"):
+        return isinstance(value, list) and all(_strings(item, 4) for item in value)
+    if key.startswith("distribution:"):
+        return value is None or _strings(value, 3)
+    return False
 
 
 def _store(path: str, stamp: dict[str, Any], facts: dict[str, Any]) -> None:

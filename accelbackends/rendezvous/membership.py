@@ -73,6 +73,19 @@ def _mac(key: bytes, *parts: object) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+#: What a rank chose, as its record carries it: ranks that disagree on any of the first three
+#: never meet in a collective (a rank on the CPU with Gloo waits for ranks on GPUs with NCCL
+#: until the collective timeout), so rank 0 compares them before init_process_group.
+CHOICE_FIELDS = ("accelerator", "backend", "process_group_backend")
+
+
+def _proof(key: bytes, identity: str, rank: int, nonce: str, choice: dict[str, str] | None) -> str:
+    """A rank's proof of the secret, over what it chose as well: a process that rewrites a
+    rank's record cannot make rank 0 see another choice than the rank's own."""
+    extra = (json.dumps(choice, sort_keys=True),) if choice else ()
+    return _mac(key, identity, rank, nonce, *extra)
+
+
 @dataclass(frozen=True)
 class Admission:
     """What the ranks agreed on at the rendezvous; the second proof is made from it."""
@@ -180,11 +193,13 @@ def admit(
     where: str,
     diagnose: Callable[[], str] | None = None,
     peers: Callable[[], str] | None = None,
+    choice: dict[str, str] | None = None,
 ) -> Admission:
     """Count this rank in and wait until rank 0 has admitted every rank, or fail naming the rank
     or process that broke the rendezvous. ``diagnose`` adds what rank 0 can see when ranks are
     missing (e.g. connections held on its port), ``peers`` who is connected to the store when a
-    process is refused."""
+    process is refused. ``choice`` is what this rank chose (`CHOICE_FIELDS` and ``reason``):
+    rank 0 refuses the job where the ranks' choices differ."""
     store = _Store(raw, prefix)
     identity = f"{prefix}|world_size={world_size}"
     if rank == 0:
@@ -217,14 +232,15 @@ def admit(
             "pid": os.getpid(),
             "world_size": world_size,
             "nonce": nonce,
-            "proof": _mac(secret.key, identity, rank, nonce) if secret.key else "",
+            "proof": _proof(secret.key, identity, rank, nonce, choice) if secret.key else "",
+            "choice": choice,
         },
         sort_keys=True,
     )
     if rank == 0:
         # Rank 0 knows its own proof; it leaves no record and waits for the others'.
         _admit_as_rank_zero(
-            store, admission, world_size, deadline, join_timeout, where, diagnose, peers
+            store, admission, world_size, deadline, join_timeout, where, diagnose, peers, choice
         )
         return Admission(identity, nonce, secret, lambda: _conflict(store))
     current = store.claim(_member(rank), record)
@@ -361,6 +377,7 @@ def _admit_as_rank_zero(
     where: str,
     diagnose: Callable[[], str] | None,
     peers: Callable[[], str] | None,
+    choice: dict[str, str] | None = None,
 ) -> None:
     started = deadline - join_timeout
     members = [_member(r) for r in range(1, world_size)]
@@ -392,7 +409,7 @@ def _admit_as_rank_zero(
                     _progress(_missing(store, world_size), world_size, now - started, join_timeout)
                 )
                 next_report += PROGRESS_EVERY
-        _check_members(store, admission, world_size, where)
+        _check_members(store, admission, world_size, where, choice)
         verdict = json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")})
         store.raw.set(store.key("verdict"), verdict)
         # A rank that read another verdict (one a process outside the job wrote before this
@@ -539,7 +556,13 @@ def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:
         time.sleep(0.02)
 
 
-def _check_members(store: _Store, admission: Admission, world_size: int, where: str) -> None:
+def _check_members(
+    store: _Store,
+    admission: Admission,
+    world_size: int,
+    where: str,
+    choice: dict[str, str] | None = None,
+) -> None:
     # A conflict reported from now on is caught by verify_group, before the first collective.
     members = [_member(r) for r in range(1, world_size)]
     current, *records = store.get_many(["nonce", *members])
@@ -549,12 +572,14 @@ def _check_members(store: _Store, admission: Admission, world_size: int, where: 
             f"{_port_hint(where)}"
         )
     key = admission.secret.key
+    choices: list[dict[str, str] | None] = [choice]
     for rank, record in enumerate(records, start=1):
         try:
             data = json.loads(record)
             claimed = f"{data['host']}, pid {data['pid']}"
             proof, nonce, size = str(data["proof"]), str(data["nonce"]), data["world_size"]
-        except (ValueError, KeyError, TypeError):
+            chosen = data.get("choice")
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise RendezvousError(
                 f"rank {rank} at {where}: not part of this job (no valid proof; its record is "
                 f"not accelbackends'); {_port_hint(where)}"
@@ -564,6 +589,7 @@ def _check_members(store: _Store, admission: Admission, world_size: int, where: 
                 f"rank {rank} ({claimed}) at {where}: not part of this job (it belongs to a job "
                 f"of {size} ranks, this one has {world_size}); {_port_hint(where)}"
             )
+        choices.append(chosen if isinstance(chosen, dict) else None)
         if key is None:
             continue
         if nonce != admission.nonce:
@@ -571,13 +597,52 @@ def _check_members(store: _Store, admission: Admission, world_size: int, where: 
                 f"rank {rank} ({claimed}) at {where}: not part of this job (its proof answers an "
                 f"old challenge: a stale rank from an earlier attempt or job); {_port_hint(where)}"
             )
-        if not hmac.compare_digest(proof, _mac(key, admission.identity, rank, nonce)):
+        if not hmac.compare_digest(
+            proof,
+            _proof(
+                key, admission.identity, rank, nonce, chosen if isinstance(chosen, dict) else None
+            ),
+        ):
             raise RendezvousError(
                 f"rank {rank} ({claimed}) at {where}: not part of this job (no valid proof of "
                 f"the job's secret); {_port_hint(where)}, or that rank's secret differs from "
                 f"rank 0's ({admission.secret.source}; set {SECRET} to the same value on every "
                 "host when they share no home directory)"
             )
+    if choice is not None:
+        _check_choices(choices, where)
+
+
+def _chose(choice: dict[str, str] | None) -> tuple[str, ...]:
+    if not choice:
+        return ("?",) * len(CHOICE_FIELDS)
+    return tuple(str(choice.get(name, "?")) for name in CHOICE_FIELDS)
+
+
+def _check_choices(choices: list[dict[str, str] | None], where: str) -> None:
+    """Refuse ranks that chose different accelerators or backends (``choices[r]`` is rank
+    ``r``'s), naming each group of ranks, what it chose and why (its first rank's reason)."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for rank, chosen in enumerate(choices):
+        groups.setdefault(_chose(chosen), []).append(rank)
+    if len(groups) == 1:
+        return
+    parts = []
+    for (accelerator, backend, group_backend), ranks in groups.items():
+        shown = ", ".join(str(r) for r in ranks[:_MISSING_SHOWN])
+        more = f" and {len(ranks) - _MISSING_SHOWN} more" if len(ranks) > _MISSING_SHOWN else ""
+        first = choices[ranks[0]] or {}
+        reason = first.get("reason") or "it did not say (an older accelbackends?)"
+        parts.append(
+            f"rank{'s' if len(ranks) > 1 else ''} {shown}{more} chose {accelerator} with "
+            f"{backend} (process group {group_backend!r}), because: {reason}"
+        )
+    raise RendezvousError(
+        f"rank 0: the ranks of the rendezvous at {where} chose different accelerators or "
+        f"backends, so their collectives would never meet: {'; '.join(parts)}; make every "
+        f"rank choose the same (repair the node that chose differently, or set "
+        f"{config.ACCELERATOR} and {config.BACKEND} alike on every rank)"
+    )
 
 
 def _read_verdict(text: str, admission: Admission) -> tuple[bool, str] | None:

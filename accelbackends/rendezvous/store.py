@@ -250,10 +250,12 @@ def meet(
     generation: int,
     server: Any | None = None,
     env: Mapping[str, str] | None = None,
+    choice: dict[str, str] | None = None,
 ) -> Rendezvous:
     """Connect to (or host) the store, prove membership and wait until rank 0 has admitted all
     ``world_size`` ranks. ``server`` is rank 0's store if `host_early` already started it;
-    ``env`` is where the job's secret is configured (``os.environ`` by default)."""
+    ``env`` is where the job's secret is configured (``os.environ`` by default); ``choice``
+    what this rank chose (`membership.CHOICE_FIELDS`), which rank 0 compares."""
     import torch.distributed as dist
 
     deadline = time.monotonic() + join_timeout
@@ -271,6 +273,7 @@ def meet(
             generation,
             where=f"the local store {cluster.store_socket}",
             secret=Secret(None, "a private local socket"),
+            choice=choice,
         )
     if cluster.world_size == 1 and not cluster.store_hosted:
         store = dist.HashStore()
@@ -308,6 +311,7 @@ def meet(
         generation,
         where=f"{cluster.master_addr}:{cluster.master_port}",
         secret=secret,
+        choice=choice,
     )
 
 
@@ -320,6 +324,7 @@ def _join(
     *,
     where: str,
     secret: Secret,
+    choice: dict[str, str] | None = None,
 ) -> Rendezvous:
     """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
     import torch.distributed as dist
@@ -370,6 +375,7 @@ def _join(
             where=where,
             diagnose=diagnose,
             peers=peers,
+            choice=choice,
         )
     except dist.DistError as exc:
         raise RendezvousError(
