@@ -81,6 +81,8 @@ def clean_environment(
             monkeypatch.delenv(key)
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv(config.PROBE_ROOT, HERMETIC_ROOT)
+    else:
+        monkeypatch.delenv(config.PROBE_ROOT, raising=False)  # the machine as it is
     if not any(shutil.which(agent) for agent in ("ssh", "rsh")):
         # Open MPI refuses to start, even alone on one machine (mpirun, or a singleton such as
         # Lightning's mpi4py import), where its rsh agent is not on PATH; `false` never runs.

@@ -43,6 +43,7 @@ def lightning() -> None:
             self.layer = torch.nn.Linear(4, 1)
 
         def training_step(self, batch: Any, _: int) -> Any:
+            self.trained_on = str(self.device)  # Lightning moves the module back to the CPU after
             return self.layer(batch).pow(2).mean()
 
         def configure_optimizers(self) -> Any:
@@ -63,7 +64,7 @@ def lightning() -> None:
     module = Tiny()
     trainer.fit(module, data)
     ctx = accelbackends.attach()
-    result(device=str(module.device), backend=ctx.backend, world_size=ctx.world_size)
+    result(device=module.trained_on, backend=ctx.backend, world_size=ctx.world_size)
 
 
 def accelerate() -> None:
@@ -76,7 +77,14 @@ def accelerate() -> None:
     verify(accelerator)
     model = accelerator.prepare(torch.nn.Linear(4, 1))
     loss = train(model, accelerator.device, accelerator.backward)
-    result(device=str(accelerator.device), ctx_device=str(ctx.device), loss=loss)
+    # Accelerate names the current device without its index ("cuda"): where it trains is the
+    # current device, which accelbackends bound.
+    result(
+        device=str(torch.device(accelerator.device.type, torch.cuda.current_device())),
+        ctx_device=str(ctx.device),
+        parameters=str(next(model.parameters()).device),
+        loss=loss,
+    )
     accelbackends.destroy()
 
 

@@ -296,4 +296,4 @@ def test_lightning_trains_on_the_gpu_through_the_environment_plugin() -> None:
 def test_accelerate_after_init_trains_on_the_gpu_accelbackends_bound() -> None:
     _needs("accelerate")
     found = _program("accelerate", CUDA_VISIBLE_DEVICES="0")
-    assert found["device"] == found["ctx_device"] == "cuda:0", found
+    assert found["device"] == found["ctx_device"] == found["parameters"] == "cuda:0", found

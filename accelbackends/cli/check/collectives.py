@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .compat import gather_single, torch_dtype
+from .compat import gather_single, point_to_point_problem, torch_dtype
 
 if TYPE_CHECKING:
     from ...plugin.types import Context
@@ -234,11 +234,9 @@ def _send_recv_ring(ctx: Context, dtype: str, verify: Verifier) -> str:
 
     if ctx.world_size == 1:
         return "skipped: a ring needs at least 2 ranks"
-    if ctx.backend == "gloo" and getattr(ctx.device, "type", "cpu") != "cpu":
-        # Gloo's point-to-point path hands the tensor's address to its TCP transport as it is:
-        # a GPU tensor there aborts the process ("writev ... Bad address", seen with torch 2.11
-        # on an H200), where its collectives stage GPU tensors through the host.
-        return f"skipped: Gloo sends and receives host tensors only, not {ctx.device.type} ones"
+    problem = point_to_point_problem(ctx.backend, ctx.device)
+    if problem:
+        return f"skipped: {problem}"
     after, before = (ctx.rank + 1) % ctx.world_size, (ctx.rank - 1) % ctx.world_size
     for n in LENGTHS:
         received = _sentinel(ctx, n, dtype)

@@ -9,6 +9,7 @@ from ...plugin.torchcompat import default_store  # only the heartbeat uses it
 
 __all__ = [
     "backend_library_version",
+    "point_to_point_problem",
     "default_store",
     "gather_single",
     "synchronize",
@@ -20,6 +21,18 @@ _BACKEND_DISTRIBUTIONS = {
     "ccl": ("oneccl_bind_pt", "oneccl-bindings-for-pytorch"),
     "hccl": ("habana-torch-plugin",),
 }
+
+
+def point_to_point_problem(backend: str, device: Any) -> str | None:
+    """Why ``send``/``recv`` of tensors on ``device`` cannot run over ``backend``, or None.
+
+    Gloo's point-to-point path hands the tensor's address to its TCP transport as it is: a GPU
+    tensor there aborts the process ("writev ... Bad address", seen with torch 2.11 on an H200),
+    where Gloo's collectives stage GPU tensors through the host."""
+    kind = getattr(device, "type", "cpu")
+    if backend == "gloo" and kind != "cpu":
+        return f"Gloo sends and receives host tensors only, not {kind} ones"
+    return None
 
 
 def backend_library_version(backend: str) -> str | None:

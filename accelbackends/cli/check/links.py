@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ...plugin.threads import available_cores
 from ..text import plural
 from .agree import max_over_ranks
-from .compat import synchronize
+from .compat import point_to_point_problem, synchronize
 from .session import RAISED, UNSUPPORTED, Session
 from .sizes import MIB, format_size
 from .verdicts import INTER, INTRA, Culprit, judge_links
@@ -104,6 +104,9 @@ def measure_links(
     nbytes = link_bytes(ctx.device.type, options.quick)
     if not rounds:
         return [], [], "one rank: no link to measure"
+    problem = point_to_point_problem(ctx.backend, ctx.device)
+    if problem:
+        return [], [], f"not measured: {problem}"
     count = sum(len(r) for r in rounds)
     session.say(
         f"      links: {count} point-to-point {plural(count, 'exchange')} of {format_size(nbytes)} "
