@@ -153,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         module.add_arguments(commands.add_parser(name, help=summary, description=module.__doc__))
     _add_all(commands)
     args = parser.parse_args(argv)
+    from ._common import compile_package
+
+    compile_package()
     if args.benchmark == "all":
         skip = {name.strip() for name in args.skip.split(",") if name.strip()}
         return run_all(args.quick, skip)

@@ -31,6 +31,7 @@ from ._common import (
     Goal,
     add_common_arguments,
     clean_env,
+    compile_package,
     draw,
     interleaved,
     mib,
@@ -95,11 +96,7 @@ def prepare() -> None:
     (pip does at install; a checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile
     every module in every process) and let one ``info`` fill the installed-package cache, as
     the first run after an install does (the warm-up round runs each command once more)."""
-    import compileall
-
-    import accelbackends
-
-    compileall.compile_dir(Path(accelbackends.__file__).parent, quiet=1)
+    compile_package()
     subprocess.run([*_console_script(), "info", "--json"], capture_output=True, check=False)
 
 
