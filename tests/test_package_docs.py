@@ -104,3 +104,22 @@ def test_the_fake_vendor_packages_are_not_indexed_but_their_folder_is() -> None:
     indexed = {folder.relative_to(PACKAGE).as_posix() for folder in packages()}
     assert {".", "job", "cli/check", "testing/fakes"} <= indexed
     assert not any(name.startswith("testing/fakes/") for name in indexed)
+
+
+#: "issue 28", "Issue #27", "(#21)": this project's tracker numbers, which no reader of the code
+#: can resolve. Upstream issues are cited by their repository (``NVIDIA/NVSentinel#808``) or as
+#: "torch's issue 190489", whose numbers are far larger.
+_TRACKER_NUMBER = re.compile(r"\b[Ii]ssues? #?\d{1,3}\b|(?<![\w/])#\d{1,3}\b(?!\w)")
+
+
+def test_no_comment_or_docstring_cites_this_projects_tracker_numbers() -> None:
+    here = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for top in ("accelbackends", "tests", "benchmarks", "plugins")
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if path != here
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _TRACKER_NUMBER.search(line)
+    ]
+    assert found == [], "say the reason instead:\n" + "\n".join(found)
