@@ -4,6 +4,22 @@ code through plugins, not ``if cuda … elif xpu … elif hpu`` chains.
 ``import accelbackends`` is cheap: nothing runs and nothing heavy is imported until a name is
 used (PEP 562), and neither torch nor a vendor runtime is imported by ``detect()``, ``select()``
 or ``accelbackends info``.
+
+The folders are floors, each importing only from those below it (``docs/architecture.md``):
+
+- `plugin`: floor 1, everything a plugin author imports (hooks, boundary types, errors, probe
+  helpers, torch compatibility).
+- `_version`: the package's version, on floor 1.
+- `accelerators`: the built-in accelerator plugins (cuda, hpu, xpu, cpu).
+- `environments`: the built-in launcher plugins (torchrun, slurm, the MPIs, ray, skypilot, …).
+- `rendezvous`: how the ranks meet: the store with deadlines, membership proof, secret, network.
+- `registry`: the plugins loaded, and the one typed facade that calls their hooks.
+- `job`: the steps of ``init()``: recognise, select, affinity, environ, lifecycle, attach,
+  spawn.
+- `integrations`: one module per framework (Lightning, Accelerate, DeepSpeed, Ray).
+- `cli`: ``accelbackends info``, ``check`` and ``docs``.
+- `__main__`: ``python -m accelbackends``, the same as the command.
+- `testing`: fakes and a pytest plugin for plugin authors.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A Gloo process group runs its collectives on worker threads. A DDP wrapper or a 
 keeps the group, and its workers, alive after ``destroy_process_group()``; a worker still
 releasing the last collective's tensors when the interpreter finalises aborts the process
 ("terminate called without an active exception", exit 134 or -6), and torchrun then reports the
-job as failed although it trained (issue 27, torch 2.13 on CPU). Each run is a torchrun job of
+job as failed although it trained (torch 2.13 on CPU). Each run is a torchrun job of
 2 ranks that trains for a few steps, prints ``DONE`` on both ranks and ends. The ways, each
 documented way beside its plain twin (the reference):
 
@@ -23,8 +23,8 @@ documented way beside its plain twin (the reference):
 A run counts as **aborted** when both ranks printed ``DONE`` but the job did not exit 0 and a
 rank died of SIGABRT; as **failed** when it did not finish training. Rounds take every way in
 rotating order (so that load drift hits every way alike), ``--parallel`` jobs at a time (2 jobs
-of 2 ranks on 2 cores is the loaded machine the issue measured). Goal: 0 aborted for every
-documented way, while the twins still abort.
+of 2 ranks on 2 cores is the loaded machine the abort was first measured on). Goal: 0 aborted for
+every documented way, while the twins still abort.
 
 Usage: ``python -m benchmarks.exit_aborts [--runs 100] [--reference-runs 40] [--ways a,b,...]
 [--parallel 2]``; not part of ``python -m benchmarks all``: it takes about an hour on 2 cores.

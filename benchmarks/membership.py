@@ -15,7 +15,7 @@ runs one side, the order alternating:
 A round's time is the slowest rank's. The figure is the median of the paired differences
 (membership minus join only), 50 rounds after a warm-up.
 
-Goal: <= 5 ms more than the join alone at 8 ranks (issue 17).
+Goal: <= 5 ms more than the join alone at 8 ranks.
 
 Usage: ``python -m benchmarks membership [--ranks 2,8] [--rounds 50] [--quick]``.
 """

@@ -1,4 +1,4 @@
-"""The rank named when a multi-rank run fails is the one whose own error came first (issue 28).
+"""The rank named when a multi-rank run fails is the one whose own error came first.
 
 Before: a plugin's ``accelbackends_post_init`` raising on rank 1 was reported, 10 of 10 times,
 as "rank 0 of 2 raised RuntimeError: ... Connection closed by peer" (rank 1 tore its group

@@ -2,14 +2,14 @@
 
 Each case is a small plain script that calls ``accelbackends.init()`` (or ``spawn()``) in
 ``try``/``except`` and exits 3, run `LOOPS` times while two processes burn the CPU beside it;
-every run must end with the script's own code and no "terminate called" on stderr. Before issue
-21 the busy-port script aborted every time (SIGABRT, 134): a thread of ours was still inside
+every run must end with the script's own code and no "terminate called" on stderr. Before the
+fix the busy-port script aborted every time (SIGABRT, 134): a thread of ours was still inside
 torch's store client when the interpreter shut down.
 
 ``ACCELBACKENDS_EXIT_LOOPS`` sets the count (20 by default; small while developing on a shared
 machine). The scripts run in children of a fork server that has imported torch once
 (tests/exit_server.py), so that the twenty runs of every case fit in a few minutes on 2 cores;
-``ACCELBACKENDS_EXIT_FRESH=1`` runs each in a new interpreter instead. The issue's own script,
+``ACCELBACKENDS_EXIT_FRESH=1`` runs each in a new interpreter instead. The busy-port script,
 100 runs in new interpreters::
 
     ACCELBACKENDS_EXIT_FRESH=1 ACCELBACKENDS_EXIT_LOOPS=100 \
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120 + 15 * LOOPS)]
 #: Read at import: the testing kit's fixture removes ACCELBACKENDS_* variables during a test.
 TALLY = os.environ.get("ACCELBACKENDS_EXIT_TALLY")
 #: ``ACCELBACKENDS_EXIT_FRESH=1``: each run in a new interpreter instead of the fork server
-#: (slower: torch is imported every time); how the issue's 100 runs were measured.
+#: (slower: torch is imported every time); how the 100 runs before the fix were measured.
 FRESH = os.environ.get("ACCELBACKENDS_EXIT_FRESH", "") == "1"
 #: How many runs of one case at a time.
 PARALLEL = 4
@@ -222,7 +222,7 @@ def _rank_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
 
 
 def test_port_held_by_a_plain_listening_socket(server: Server, tmp_path: Path) -> None:
-    """The issue's script: aborted (134) in every run before."""
+    """The busy-port script: aborted (134) in every run before the fix."""
     setup = """
     import socket
     s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()

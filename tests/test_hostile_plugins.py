@@ -214,7 +214,7 @@ def accelbackends_declare_accelerators():
 def test_plugin_declaring_a_megabyte_name_is_failed_with_a_short_error(
     plugin_dist: PluginDist,
 ) -> None:
-    """Issue 28: a 1 MB accelerator name was accepted and printed in every table."""
+    """Before: a 1 MB accelerator name was accepted and printed in every table."""
     result = _info(plugin_dist("bigname", _HUGE_NAME))
     assert result.returncode == 0, result.stderr
     assert len(result.stdout) < 100_000 and len(result.stderr) < 10_000
@@ -230,7 +230,7 @@ def test_plugin_declaring_a_megabyte_name_is_failed_with_a_short_error(
 def test_plugin_calling_os_exit_at_import_is_failed_by_name_and_the_command_answers(
     plugin_dist: PluginDist, command: tuple[str, ...]
 ) -> None:
-    """Issue 28: before, info and check ended with the plugin's code (3) and no output."""
+    """Before: info and check ended with the plugin's code (3) and no output."""
     site = plugin_dist("exiter", "import os\nos._exit(3)\n")
     result = run_cli(*command, env={**CPU, **LIMIT}, pythonpath=site, timeout=150)
     assert result.returncode == 0, result.stderr

@@ -1,10 +1,11 @@
 """The layering rule: floors as folders, no import cycle, the plugin layer is the bottom floor.
 
 Read from the source (AST), so imports under ``TYPE_CHECKING`` and inside functions count as
-much as the ones at the top of a module: a cycle hidden in a function is still a cycle a reader
-has to untangle. ``python tests/test_layers.py`` prints the same findings for a human, with the
-figures of the layout: the longest import chain, the loops between folders, the reaches into
-another package's private modules.
+much as the ones at the top of a module, and so does ``importlib.import_module("accelbackends…")``
+with a literal name: a cycle hidden in a function, or a floor climbed by name at run time, is
+still one a reader has to untangle. ``python tests/test_layers.py`` prints the same findings
+for a human, with the figures of the layout: the longest import chain, the loops between
+folders, the reaches into another package's private modules.
 
 - No import cycle among the modules of ``accelbackends/``.
 - Every folder of ``accelbackends/`` stands on a floor (`FLOORS`) and imports only from floors
@@ -60,21 +61,43 @@ def _modules(source_root: Path, top: str) -> dict[str, Path]:
     return found
 
 
+def _absolute(package: str, level: int, name: str) -> str:
+    """The absolute module a relative import of ``name`` at ``level`` dots reaches from
+    ``package``."""
+    base = package.split(".")
+    base = base[: len(base) - level + 1]
+    return ".".join(base + ([name] if name else []))
+
+
+def _import_module_string(node: ast.AST) -> str | None:
+    """The module named by ``importlib.import_module("…")`` (or ``import_module("…")``) when
+    its first argument is a string literal; None for any other node."""
+    if not (isinstance(node, ast.Call) and node.args):
+        return None
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    if called != "import_module" or not isinstance(first, ast.Constant):
+        return None
+    return first.value if isinstance(first.value, str) else None
+
+
 def _imported(path: Path, module: str) -> Iterator[tuple[str, list[str], int]]:
-    """(absolute module, names imported from it, line) for every import statement in ``path``."""
+    """(absolute module, names imported from it, line) for every import statement in ``path``,
+    and for every ``importlib.import_module`` of a string literal: an import made by name at
+    run time reaches the module as much as an import statement does."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, [], node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            yield target, [alias.name for alias in node.names], node.lineno
+            relative = node.level and _absolute(package, node.level, node.module or "")
+            yield relative or node.module or "", [a.name for a in node.names], node.lineno
+        elif (named := _import_module_string(node)) is not None:
+            dots = len(named) - len(named.lstrip("."))
+            target = _absolute(package, dots, named[dots:]) if dots else named
+            yield target, [], node.lineno
 
 
 def _resolve(target: str, names: list[str], known: Iterable[str]) -> set[str]:
@@ -374,6 +397,25 @@ def test_checker_resolves_relative_and_function_level_imports(tmp_path: Path) ->
     assert edges["pkg.low"] == {"pkg.high"}
     assert edges["pkg.high"] == {"pkg.low"}
     assert cycles(edges) == [["pkg.high", "pkg.low"]]
+
+
+def test_checker_reads_import_module_of_a_literal_name(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "high.py").write_text("")
+    (package / "side.py").write_text("")
+    (package / "low.py").write_text(
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "def f(name):\n"
+        "    importlib.import_module('pkg.high')\n"
+        "    import_module('.side', __package__)\n"
+        "    importlib.import_module(name)\n"
+    )
+    found = list(_imported(package / "low.py", "pkg.low"))
+    assert ("pkg.high", [], 4) in found and ("pkg.side", [], 5) in found
+    assert [t for t, _, _ in found if t.startswith("pkg")] == ["pkg.high", "pkg.side"]
 
 
 if __name__ == "__main__":

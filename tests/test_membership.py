@@ -180,7 +180,7 @@ def test_secret_file_readable_by_everyone_is_refused(tmp_path: Path) -> None:
 def test_secret_file_open_to_others_is_refused_like_an_ssh_key(
     config_home: Path, mode: int, how: str, per_user: bool
 ) -> None:
-    """Issue 28: 0602 and 0660 were used as they were (anyone who can write the file can put a
+    """Before: 0602 and 0660 were used as they were (anyone who can write the file can put a
     value they know in it) and 0640 was accepted; the 0644 error named the path twice."""
     env = {"XDG_CONFIG_HOME": str(config_home)}
     if per_user:
@@ -216,7 +216,7 @@ def test_secret_file_of_another_user_is_refused(config_home: Path) -> None:
 
 @pytest.mark.parametrize("value", ["Z", "Z23456789Z12345"])
 def test_short_secret_value_is_refused_by_init_and_info_alike(value: str) -> None:
-    """Issue 28: ``ACCELBACKENDS_SECRET=x`` was accepted (a proof read from the store gives it
+    """Before: ``ACCELBACKENDS_SECRET=x`` was accepted (a proof read from the store gives it
     away in 24 tries) and info showed "(a value, 1 characters)"."""
     env = {membership.SECRET: value}
     with pytest.raises(ConfigError, match=rf"{len(value)} characters?, shorter than the 16"):
@@ -270,7 +270,8 @@ def test_two_honest_ranks_with_nothing_configured_meet_and_share_the_user_secret
 def test_plain_torch_intruder_joining_an_env_job_is_refused_and_named(
     config_home: Path, processes: list[subprocess.Popen[str]], claim: list[str], named: str
 ) -> None:
-    """Issue 17's attack: before, the victim ran 50 all_reduces with 50 wrong results, exit 0."""
+    """A plain-torch intruder on MASTER_PORT: before membership proofs, the victim ran 50
+    all_reduces with 50 wrong results, exit 0."""
     message = _attacked_rank_zero(config_home, processes, "plain_torch.py", *claim)
     assert re.search(named, message), message
     assert "MASTER_PORT" in message and "connected to the store: 127.0.0.1:" in message
@@ -363,7 +364,7 @@ def test_rank_of_a_job_with_another_secret_is_named(
 def test_rank_joining_a_rendezvous_that_has_finished_is_refused_naming_master_port(
     config_home: Path, tmp_path: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    """More ranks than the world size (issue 12: a second MPICH job's rank 1 on the port)."""
+    """More ranks than the world size (a second MPICH job's rank 1 on the same port)."""
     port = _free_port()
     hold = tmp_path / "release"
     job = [
@@ -475,7 +476,7 @@ def test_stale_proof_over_an_old_challenge_is_named(config_home: Path) -> None:
     assert errors and "answers an old challenge" in errors[0] and "stale rank" in errors[0]
 
 
-# --- a forged verdict (issue 28) -------------------------------------------------------------
+# --- a forged verdict ------------------------------------------------------------------------
 
 #: The rendezvous timeout of the forged-verdict tests: every rank must end within it (plus the
 #: verdict grace and a process's start-up), not in init_process_group's 30 minutes.
@@ -551,7 +552,7 @@ def test_rank_zero_alone_with_the_secret_off_is_told_by_the_refusing_rank(
 def test_rank_refusing_its_configuration_tells_rank_zero_through_the_store(
     config_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    """Issue 28: where no launcher stops the job, rank 0 waited the whole rendezvous timeout
+    """Before: where no launcher stops the job, rank 0 waited the whole rendezvous timeout
     (60 s here) for a rank that had refused its configuration and left."""
     port = _free_port()
     started = time.monotonic()

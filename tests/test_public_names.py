@@ -1,6 +1,6 @@
 """The names users and plugin authors import keep working across the regrouping into floors:
-one table of public names, the console script's entry points, and the deprecated aliases of
-`accelbackends.plugin.text` (moved to `accelbackends.cli.text` in 0.2, removed in 0.3)."""
+one table of public names, the console script's entry points, and `accelbackends.plugin.text`,
+which names `accelbackends.cli.text` for the command line's printing instead of fetching it."""
 
 from __future__ import annotations
 
@@ -80,10 +80,26 @@ def test_python_m_accelbackends_runs_the_command() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(plugin_text._MOVED))
-def test_a_moved_name_of_plugin_text_still_works_with_a_deprecation_warning(name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=f"plugin.text.{name} moved to .*cli.text"):
-        value = getattr(plugin_text, name)
-    assert value is getattr(cli_text, name)
+def test_a_printing_name_asked_of_plugin_text_is_refused_naming_cli_text(name: str) -> None:
+    assert hasattr(cli_text, name)
+    with pytest.raises(
+        AttributeError,
+        match=rf"not part of the plugin SDK; it is accelbackends\.cli\.text\.{name}$",
+    ):
+        getattr(plugin_text, name)
+
+
+def test_plugin_text_does_not_import_the_command_line_when_a_printing_name_is_asked() -> None:
+    code = (
+        "import sys, accelbackends.plugin.text as t\n"
+        "try:\n    t.say\nexcept AttributeError as exc:\n    print(exc)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('accelbackends.cli')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    refusal, loaded = done.stdout.splitlines()
+    assert refusal.endswith("it is accelbackends.cli.text.say") and loaded == "[]"
 
 
 def test_plural_stays_in_the_plugin_layer_without_a_warning() -> None:

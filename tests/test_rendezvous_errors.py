@@ -244,7 +244,7 @@ def test_a_rank_on_rank_0s_host_connects_once_the_store_listens_and_is_never_ref
 
 
 def test_rank_facing_a_flooded_backlog_says_the_port_takes_no_connection() -> None:
-    """Issue 28: with rank 0's backlog flooded by idle connections, rank 1 was told "nothing
+    """Before: with rank 0's backlog flooded by idle connections, rank 1 was told "nothing
     accepts connections there", while something did listen."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

@@ -1,5 +1,6 @@
 """Rank 0 waits for the others quietly: no torch C++ warning per poll, whatever the script
-imported first, and accelbackends' own progress line stays visible (issue 27)."""
+imported first, and accelbackends' own progress line stays visible (torch 2.4 to 2.13 log a
+``socket.cpp`` warning for every TCPStore wait that times out)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """init()/destroy() in a loop on one MASTER_PORT: one failed attempt must not set the ranks apart.
 
-Issue 28: the attempt number in the rendezvous keys was each process's own count, so once one
+Before: the attempt number in the rendezvous keys was each process's own count, so once one
 rank failed an attempt that the other did not (a connection reset by rank 0's store of the
 previous cycle), the two stayed one attempt apart and every later init() timed out. Rank 0 now
 numbers the attempts and the other ranks join the one it opened.
@@ -19,7 +19,7 @@ from accelbackends.testing.cluster import clean_environment
 
 pytestmark = pytest.mark.slow
 
-#: Successful cycles each rank must reach (issue 28 ran 100; the fault comes in the second).
+#: Successful cycles each rank must reach (the fault, when there is one, comes in the second).
 CYCLES = int(os.environ.get("ABTEST_RETRY_CYCLES", "5"))
 LIMIT = 180
 
@@ -97,8 +97,8 @@ def test_lockstep_init_destroy_loop_recovers_after_one_rank_fails_an_attempt(
         assert f"rank {rank}: {CYCLES} ok" in out, (out, err)
     # Both ranks met again after the injected fault, within the attempts the loop allows. Rank
     # 1 may lose an attempt more than the injected one: connecting while rank 0 still tears
-    # down the previous cycle's store on the same port is the transient fault of issue 28
-    # itself, which the agreed attempt numbers make recoverable, not impossible.
+    # down the previous cycle's store on the same port is the very transient fault this test
+    # injects, which the agreed attempt numbers make recoverable, not impossible.
     failed = {
         rank: int(out.rsplit(", ", 1)[1].split()[0]) for rank, (_, out, _) in enumerate(results)
     }

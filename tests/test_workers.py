@@ -1,5 +1,6 @@
 """`accelbackends.plugin.workers`: torch's Gloo workers are found, waited for while they run, and
-the wait is registered where accelbackends meets a group (issue 27's abort at exit)."""
+the wait is registered where accelbackends meets a group (the abort at exit, "terminate called
+without an active exception", with torch 2.13 on CPU)."""
 
 from __future__ import annotations
 

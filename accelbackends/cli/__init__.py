@@ -5,6 +5,9 @@
 - `sigterm`: a launcher's SIGTERM ends the command within seconds.
 - `text`: how the commands print.
 - `info`: the report of ``accelbackends info``.
+- `topology`: what judges a node (the collective library's version, each device's links, the
+  NICs and their rates), as ``info`` shows it and ``check`` picks its floors by.
+- `manual`: ``accelbackends docs``, the user guide that ships inside the package.
 - `check`: ``accelbackends check``, a package of its own.
 
 Nothing is imported here: ``accelbackends info`` must stay as light as it is.

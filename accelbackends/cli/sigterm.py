@@ -17,7 +17,7 @@ and sockets close with the process).
 An import is the one place where the Python handler must *not* raise: while torch or numpy run
 their C extensions' initialisation, an exception thrown from a handler breaks it (an abort in
 pybind11, "cannot load module more than once per process", or an exception swallowed by the
-module's own fallback code, after which the command ran on as if no signal had come: issue 28).
+module's own fallback code, after which the command ran on as if no signal had come).
 `ImportShield` holds the signal until the outermost import statement of the main thread has
 returned and raises there; the watchdog still ends the process should that import never return.
 """

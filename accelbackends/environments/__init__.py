@@ -24,13 +24,15 @@ variables are merely inherited. Launchers nest in practice like this:
    which starts ``mpirun``'s daemons on Cray systems).
 6. ``mvapich`` — ``MV2_COMM_WORLD_*`` is set only by MVAPICH2's own launchers (its ``mpiexec``
    is Hydra and sets ``PMI_RANK`` too, so it is asked before ``mpich``).
-7. ``pals``, 8. ``mpich``, 9. ``pmix`` — the same holds for Hydra's ``mpiexec`` and PMIx
-   launchers inside an allocation. The other direction: ``srun --mpi=pmi2|pmix|cray_shasta``
-   starts the ranks itself and sets ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own
-   variables; then the numbers agree with the step's (``SLURM_PROCID``, the step's task count)
-   and these environments step aside for ``slurm``, which also knows the node list
-   (`started_by_srun`). ``pals`` likewise steps aside
-   for ``mpich`` when Hydra's ``PMI_RANK`` differs from ``PALS_RANKID``.
+7. ``pals`` — HPE Cray PALS (``PALS_RANKID``); it steps aside for ``mpich`` when Hydra's
+   ``PMI_RANK`` differs from ``PALS_RANKID``.
+8. ``mpich`` — Hydra's ``mpiexec`` (MPICH, Intel MPI: ``PMI_RANK``).
+9. ``pmix`` — PMIx launchers (``PMIX_RANK``).
+   For 7 to 9 the same holds as for Open MPI inside an allocation. The other direction:
+   ``srun --mpi=pmi2|pmix|cray_shasta`` starts the ranks itself and sets
+   ``PMI_RANK``/``PMIX_RANK``/``PALS_RANKID`` beside its own variables; then the numbers agree
+   with the step's (``SLURM_PROCID``, the step's task count) and these environments step aside
+   for ``slurm``, which also knows the node list (`started_by_srun`).
 10. ``skypilot`` — a SkyPilot task's ``run`` command on each node (``SKYPILOT_NODE_RANK``); an
    MPI launcher started from it (``mpirun`` over ``SKYPILOT_NODE_IPS``) is asked first.
 11. ``slurm`` — a task ``srun`` started (``SLURM_STEP_ID``); an ``salloc``/``sbatch`` shell is
@@ -39,12 +41,20 @@ variables are merely inherited. Launchers nest in practice like this:
     before ``env`` so the launcher is named and ``PET_NPROC_PER_NODE`` is checked.
 13. ``lightning`` — the processes Lightning starts itself: ``LOCAL_RANK`` and ``WORLD_SIZE``
     without ``RANK``, a shape ``env`` would refuse.
-14. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``; 15. ``single`` — none of the
-    above.
+14. ``env`` — hand-set ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``.
+15. ``single`` — none of the above.
 
 Whatever answers, `accelbackends.job.worldcheck` then compares its world with every other
 launcher's and scheduler's variables in the process (a Slurm allocation, ``SKYPILOT_NUM_NODES``,
 ``PET_NNODES``, MPI sizes, ``WORLD_SIZE``): a world smaller than the job is an error.
+
+What the plugins share:
+
+- `variables`: the launchers' variables as data: which ones make a process look started by a
+  launcher, and the ``env://`` variables that describe one rank's place in a job.
+- `_common`: strict integer readers and `Reader`, which reads a launcher's variables and derives
+  the rendezvous address the same way for every launcher.
+- `_hostlist`: Slurm hostlists (``node[01-04,07]``).
 """
 
 from __future__ import annotations

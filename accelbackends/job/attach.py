@@ -141,7 +141,8 @@ def attach(
     rank, world_size = dist.get_rank(), dist.get_world_size()
     group_backend = str(dist.get_backend())
     # A framework that runs alone inside a group of several ranks is a wrong job, not a
-    # detail to warn about (issue 27: Accelerator() before attach() under torchrun on CPU).
+    # detail to warn about: an Accelerator() made under torchrun on CPU without cpu=True sees
+    # itself alone, and every rank trains on its own and exits 0 as if the job had run.
     check_views(rank, world_size, group_backend)
     cluster = _cluster_for_group(registry, rank, world_size)
     selection = select(accelerator, backend, registry=registry)

@@ -4,7 +4,7 @@ Lightning run as ``python train.py`` with ``devices=N`` starts N - 1 copies of t
 (its subprocess launcher, Lightning 2.0 to 2.6), describing their place with ``LOCAL_RANK``,
 ``WORLD_SIZE`` and ``NODE_RANK``, and then reuses whatever process group is already initialised.
 After `accelbackends.init()` made a group of one, the copies are refused by their own `init()`
-while the parent trains alone on its share of the data and exits 0 (issue 27). Nothing of
+while the parent trains alone on its share of the data and exits 0. Nothing of
 Lightning's says so before it trains; the one moment both views are in hand is when the parent
 starts a copy: Python's audit event ``subprocess.Popen`` carries the child's environment.
 

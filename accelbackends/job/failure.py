@@ -2,8 +2,8 @@
 
 A rank that fails in ``init()`` (a plugin's post-init hook raising) tears its process group
 down before its exception reaches `spawn`'s report; by then a healthy peer has already failed
-with "Connection closed by peer", and dating the failures at the report named the healthy rank
-(issue 28). The failure is stamped where it is raised, before the teardown, and an error that
+with "Connection closed by peer", and dating the failures at the report named the healthy
+rank. The failure is stamped where it is raised, before the teardown, and an error that
 says only that a peer went away is ordered after any rank's own error.
 """
 

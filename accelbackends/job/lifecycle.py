@@ -280,7 +280,7 @@ def _refusal_told(cluster: ClusterInfo, join_s: float) -> Iterator[None]:
     lacks, a placement the world check refuses, a device the runtime refuses, a failing bind
     or deep check) tells rank 0 through the store as it leaves: where the launcher does not
     stop the job (MPICH's Hydra, plain env://), the other ranks would otherwise wait for it the
-    whole rendezvous timeout (issue 28). A rendezvous error is not told: rank 0 learns of it
+    whole rendezvous timeout. A rendezvous error is not told: rank 0 learns of it
     through the rendezvous itself."""
     try:
         yield
@@ -437,7 +437,8 @@ def _initialise(
     # step: rendezvous
     # Rank 0 opens a new attempt every time; another rank joins the one rank 0 opened, at
     # least one later than the last it joined, and counts only attempts it joined: a failed
-    # attempt of one rank does not set the ranks apart (issue 28).
+    # attempt of one rank (a connection reset by the previous cycle's store) does not set the
+    # ranks one attempt apart for good.
     if cluster.rank == 0:
         _generation += 1
     rendezvous = meet(
@@ -595,7 +596,7 @@ def _destroy_at_exit() -> None:
     """`init()` without `destroy()`: tear the group down in an exit handler, while the
     interpreter is still whole. Left to the interpreter's finalisation, the Gloo backend's
     threads outlive the objects they use and abort the process ("terminate called without an
-    active exception", 3 of 6 runs with torch 2.13; issue 27). A disagreement `destroy()` finds
+    active exception", 3 of 6 runs with torch 2.13 on CPU). A disagreement `destroy()` finds
     ends the process with status 1, as an exception in an exit handler would not."""
     if _state is None:
         return

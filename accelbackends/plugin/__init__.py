@@ -8,6 +8,29 @@ mapping, the Gloo option fallback, the ``ACCELBACKENDS_*`` variables, and the on
 touches torch's private attributes). It imports nothing else from accelbackends and never
 imports torch at import time.
 
+- `hookspecs`: the hooks a plugin may implement, and the ``hookimpl`` marker.
+- `types`: the frozen values that cross the plugin boundary.
+- `errors`: the package's own exception classes.
+- `sysfs`: reading sysfs, procfs and device nodes under a probe's root, never raising.
+- `devices`: visible-device variables and the local rank -> device mapping.
+- `locality`: which NUMA node and CPUs a PCI device is attached to.
+- `links`: what a node's devices and NICs are connected by, read from sysfs.
+- `packages`: installed-package facts from package metadata, without importing a vendor stack.
+- `options`: the backend options every plugin shares (`plain_options`, `gloo_or`).
+- `config`: the ``ACCELBACKENDS_*`` variables and their strict parsing.
+- `text`: wording for the reasons a plugin's probes give.
+- `threads`: how many intra-op threads a rank uses.
+- `torchcompat`: every private torch attribute the package touches, and every difference
+  between the torch versions it supports.
+- `torchfeatures`: whether the installed torch has ``torch.distributed`` and which backends it
+  was built with, read from its build files without importing it (the host's).
+- `torchload`: importing torch where a device extension it loads by itself cannot load (the
+  host's).
+- `installed`: entry points and distributions, cached on disk between processes (the host's).
+- `guard`: the one runner for foreign or blocking code with a deadline (the host's).
+- `workers`: waiting for torch's backend worker threads before the interpreter finalises (the
+  host's).
+
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
 `types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `links`, `options`,
 `config` (the ``ACCELBACKENDS_*`` variables and their strict parsing), `text` and `threads` are

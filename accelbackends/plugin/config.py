@@ -114,7 +114,7 @@ def shown(value: object) -> str:
 # ASCII digits only: ``int()`` would also take "٣" or "३", which no launcher writes.
 #: A launcher's integer: optional sign ``+`` and ASCII digits, nothing around them. No launcher
 #: writes a blank or a line break there; one that is there came from a hand-written script
-#: (``RANK=$(cat file)``, a heredoc) and is refused, naming it (issue 28: "0\n" was taken for 0).
+#: (``RANK=$(cat file)``, a heredoc) and is refused, naming it (``int()`` alone takes "0\n" for 0).
 DIGITS = re.compile(r"\A\+?([0-9]+)\Z", re.ASCII)
 #: torch keeps ranks and sizes in a C ``int``; a larger value is a typo, not a job.
 MAX_COUNT = 2**31 - 1

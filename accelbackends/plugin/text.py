@@ -1,21 +1,19 @@
 """Wording for the reasons a plugin's probes give: `plural`, `did_you_mean`.
 
-Until 0.2 this module also held the command line's printing (`say`, `aligned`, `wrap`, colour
-and the terminal's width); that moved to ``accelbackends.cli.text``, which is not part of the
-plugin layer. The old names still resolve here, with a ``DeprecationWarning``, for one minor
-release (see the changelog); they are removed in 0.3.
+The command line's printing (`say`, `aligned`, `wrap`, colour and the terminal's width) lives in
+``accelbackends.cli.text``, which is not part of the plugin layer. Asked for here, one of its
+names raises an `AttributeError` that says where it lives: the plugin layer imports nothing
+above it, so it does not fetch the name for the caller.
 """
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["did_you_mean", "plural"]
 
-#: Names that moved to ``accelbackends.cli.text`` in 0.2; kept here until 0.3.
+#: The command line's printing, which lives in ``accelbackends.cli.text``.
 _MOVED = frozenset(
     {
         "aligned",
@@ -48,15 +46,9 @@ def did_you_mean(given: str, known: Sequence[str]) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"accelbackends.plugin.text.{name} moved to accelbackends.cli.text in accelbackends 0.2 "
-        "and is removed from the plugin layer in 0.3: it is how the command line prints, not "
-        "part of the plugin SDK",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # Imported by name, not by an import statement: the plugin layer imports nothing above it,
-    # and this alias reaches up only for the deprecated names, only when one is used.
-    return getattr(importlib.import_module("accelbackends.cli.text"), name)
+    if name in _MOVED:
+        raise AttributeError(
+            f"module {__name__!r} has no attribute {name!r}: the command line's printing is not "
+            f"part of the plugin SDK; it is accelbackends.cli.text.{name}"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,7 +38,7 @@ __all__ = [
 
 _ACCELERATOR_NAME = re.compile(r"\A[a-z][a-z0-9_]*\Z")
 #: The longest accelerator, device type or backend name a plugin may declare: names are shown
-#: in every table of ``info`` and in errors, and a plugin could declare a megabyte (issue 28).
+#: in every table of ``info`` and in errors, and a plugin could otherwise declare a megabyte.
 MAX_NAME_LENGTH = 64
 
 

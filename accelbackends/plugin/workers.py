@@ -6,10 +6,10 @@ When a collective completes, the waiting caller goes on at once, while the worke
 the collective's tensors. Releasing a tensor whose Python object was dropped first needs the
 GIL; a thread that asks for the GIL once the interpreter has begun to finalise is ended by
 CPython inside torch's C++ destructor, and the C++ runtime aborts the whole process ("terminate
-called without an active exception", exit 134 or -6) after the script's work was done (issue 27;
-a core dump showed a worker in ``~AsyncAllgatherWork``). A framework's DDP wrapper or engine
-keeps the group, and so the workers, alive past ``destroy_process_group()``, so tearing the group
-down does not remove them either.
+called without an active exception", exit 134 or -6) after the script's work was done (torch
+2.13 on CPU; a core dump showed a worker in ``~AsyncAllgatherWork``). A framework's DDP wrapper or
+engine keeps the group, and so the workers, alive past ``destroy_process_group()``, so tearing the
+group down does not remove them either.
 
 `wait_until_idle` closes that window from outside torch: it sleeps in short steps (which frees the
 GIL, so a worker waiting for it gets it and finishes) until every worker has been asleep in two

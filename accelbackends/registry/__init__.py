@@ -3,10 +3,13 @@ accelbackends asks them anything.
 
 - `facade`: `Registry`, which loads the built-in and third-party plugins and is the only code
   that calls ``pm.hook``; the process's default registry.
-- `guard`: running a plugin's code in a thread with a deadline, and the record of the calls
-  given up on.
+- `exits`: a third-party plugin that calls ``os._exit`` while it is imported is failed, not
+  obeyed.
 - `frames`: tracebacks and warnings that point at the user's and the plugin's code.
 - `defaults`: the host's own answers to the policy hooks, asked last.
+
+Running a plugin's code in a thread with a deadline, and the record of the calls given up on,
+is `accelbackends.plugin.guard`'s, one floor down.
 """
 
 from __future__ import annotations

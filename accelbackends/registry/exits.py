@@ -2,7 +2,7 @@
 
 ``os._exit`` ends the process at once, with no exception, no ``finally`` and no output: a plugin
 calling it at import ended ``info`` and ``check`` with its exit code and nothing on the screen,
-naming nothing (issue 28). While a plugin module is imported, ``os._exit`` called from the
+naming nothing. While a plugin module is imported, ``os._exit`` called from the
 importing thread raises `ProcessExit` instead, which the registry records as that plugin's
 failure; every other thread (the CLI's SIGTERM watchdog among them) still gets the real one.
 """

@@ -146,7 +146,7 @@ class _Store:
         Polls ``check`` instead of the store's blocking ``wait``: a TCPStore wait that times out
         logs a ``[W… socket.cpp] waitForInput … timed out`` warning (torch 2.4 to 2.13), two
         a second while rank 0 waits, and ``TORCH_CPP_LOG_LEVEL`` cannot silence it once the
-        user imported torch first (issue 27). ``check`` answers at once and logs nothing.
+        user imported torch first. ``check`` answers at once and logs nothing.
         """
         keys = [self.key(n) for n in names]
         end = time.monotonic() + max(seconds, 0.01)
@@ -283,8 +283,8 @@ def open_attempt(
 ) -> int:
     """The attempt of this ``init()``, as rank 0 numbers it: the ranks agree on it without
     counting their own attempts alike, so that one rank's failed attempt (a connection reset by
-    rank 0's store of the previous cycle) does not leave the ranks one attempt apart for good
-    (issue 28). Rank 0 announces ``generation`` (its own count, raised on every attempt);
+    rank 0's store of the previous cycle) does not leave the ranks one attempt apart for good.
+    Rank 0 announces ``generation`` (its own count, raised on every attempt);
     another rank takes the attempt rank 0 announces, once it is at least ``generation`` (one
     more than the last attempt this process joined): an announcement left on a store that
     outlives the cycles (torchrun's agent's) is not taken for the next one."""

@@ -155,8 +155,8 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
     if peer is storewire.Peer.NOBODY:
         raise RendezvousError(nobody_listens)
     if peer is storewire.Peer.UNTAKEN:
-        # Neither taken nor turned away. Issue 28: a backlog flooded with idle connections was
-        # reported as "nothing accepts connections there".
+        # Neither taken nor turned away: a backlog flooded with idle connections, which is not
+        # "nothing accepts connections there" and must not be reported so.
         raise RendezvousError(
             f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
             f"{seconds:g} s: the port turns no connection away but takes none ({error}): its "

@@ -1,19 +1,20 @@
 """Testing kit for accelerator plugins: drive the real plugin code without the hardware.
 
-- `FakeTree`: a fake machine (sysfs, procfs, ``/dev``) for probes and registries.
-- `accelbackends.testing.nvml`: a fake NVML, selected with ``ACCELBACKENDS_NVML``.
-- `FakeStack`: fake vendor packages (``habana_frameworks``,
+- `tree`: `FakeTree`, a fake machine (sysfs, procfs, ``/dev``) for probes and registries.
+- `nvml`: a fake NVML (`FakeGpu`), selected with ``ACCELBACKENDS_NVML``.
+- `stack`: `FakeStack`, fake vendor packages (``habana_frameworks``,
   ``oneccl_bindings_for_pytorch``, ``intel_extension_for_pytorch``, Ascend's ``torch_npu``, an
   XPU build of torch) with their package metadata, activated in child processes through
   ``PYTHONPATH``; they register their backend names over Gloo.
-- `launch_ranks` and ``python -m accelbackends.testing.rank_program``: real multi-process
-  runs.
-- `InlinePlugin`, `fake_accelerator`, `install_distribution`: plugins built
-  in a test, and installed for real (``*.dist-info`` with entry points).
-- `launcher_env` and `clean_environment`: the variables a launcher sets for one
+- `fakes`: the sources of those fake packages, which `FakeStack` copies (test code only).
+- `launch`: `launch_ranks`, real multi-process runs the way ``torchrun`` starts them.
+- `rank_program`: ``python -m accelbackends.testing.rank_program``, the program those ranks run.
+- `plugins`: `InlinePlugin`, `fake_accelerator`, `install_distribution`: plugins built in a
+  test, and installed for real (``*.dist-info`` with entry points).
+- `cluster`: `launcher_env` and `clean_environment`: the variables a launcher sets for one
   rank, and an environment without any.
-- `accelbackends.testing.pytest_plugin`: all of the above as pytest fixtures, loaded by
-  pytest through the ``pytest11`` entry point (not imported here: no pytest needed).
+- `pytest_plugin`: all of the above as pytest fixtures, loaded by pytest through the
+  ``pytest11`` entry point (not imported here: no pytest needed).
 
 Nothing here imports torch until a multi-process run starts.
 """

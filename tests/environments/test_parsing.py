@@ -261,7 +261,7 @@ def test_malformed_per_node_counts_name_the_variable_and_show_the_accepted_form(
 
 # -- integers -------------------------------------------------------------------------------------
 
-# No blanks or line breaks around the digits: no launcher writes them (issue 28: "0\n" was 0).
+# No blanks or line breaks around the digits: no launcher writes them (``int()`` takes "0\n" for 0).
 _VALID_INT = re.compile(r"\+?[0-9]+", re.ASCII)
 
 

@@ -1,4 +1,4 @@
-"""An intruder with nothing but the standard library that forges rank 0's verdict (issue 28).
+"""An intruder with nothing but the standard library that forges rank 0's verdict.
 
 It waits until rank 0 publishes its nonce, then writes an unsigned "admitted" verdict: the
 other ranks refuse it, and rank 0 must learn that they did instead of waiting for them in

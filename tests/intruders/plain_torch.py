@@ -1,4 +1,4 @@
-"""An intruder that knows only a job's MASTER_PORT and uses plain torch (issue 17's attack).
+"""An intruder that knows only a job's MASTER_PORT and uses plain torch.
 
 It connects to the rendezvous store, finds the job's keys, counts itself in as rank 1, marks the
 rendezvous complete, initialises Gloo on the job's key prefix and answers every all_reduce with

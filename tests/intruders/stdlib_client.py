@@ -1,4 +1,4 @@
-"""An intruder with nothing but the standard library: two TCPStore requests (issue 17).
+"""An intruder with nothing but the standard library: two TCPStore requests.
 
 It adds 1 to the job's ``joined`` counter and sets ``complete`` — enough, before membership
 proofs, to let rank 0 past the rendezvous into ``init_process_group``.

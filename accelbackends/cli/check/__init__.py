@@ -18,12 +18,30 @@ Exit 0 when every check passed (skips allowed), 1 when one failed or a rank died
 input. torch is imported inside functions only: the CLI imports this package to build its
 parser, and ``accelbackends info`` must not pay for torch.
 
-Where things are: `command` runs the command, `options` holds its flags,
-`rank` is one rank's run, `session` the ranks' own traffic and agreement
-(`agree` the maximum over the ranks that the session and the sweep both ask for),
-`correctness` and `sweep` steps 3 and 4, `collectives` and `bandwidth`
-what those steps check and measure (`devicecopy` what one rank measures alone), `report` what
-the user reads.
+Where things are:
+
+- `command`: the command itself: validate the flags and the selection, start or join the ranks.
+- `options`: the flags, their defaults, and the validated `Options`.
+- `sizes`: byte sizes as ``check`` reads and writes them (binary units, as in nccl-tests).
+- `rank`: one rank's whole run, steps 2 to 4 under the watchdog, then the report.
+- `watchdog`: ends a rank whose step outlives its limit, so that no run hangs.
+- `heartbeat`: which rank stopped answering, from a counter each rank bumps in the store.
+- `session`: the control group that carries the run's own traffic, and the ranks' agreement.
+- `agree`: the maximum over the ranks that the session and the sweep both ask for.
+- `compat`: the torch calls whose spelling depends on the torch version or the device type.
+- `correctness`: step 3, every check on every rank.
+- `collectives`: what step 3 checks: each collective on inputs every rank computes itself.
+- `results`: a check's verdict, one per rank, merged over the ranks for the report.
+- `sweep`: step 4, all_reduce and all_gather swept over sizes.
+- `bandwidth`: what step 4 measures: one operation's timing at one size, and its bandwidths.
+- `links`: step 4's second part: every node's links, measured one pair at a time.
+- `devicecopy`: what one rank measures alone: a memory copy on its device.
+- `thresholds`: what the sweep must reach (``--min-busbw``, a fabric's expected bandwidth,
+  ``--baseline``).
+- `floors`: floors from the topology, as data: the rules file (``floors.txt``) and its matching.
+- `progress`: what rank 0 has found so far, kept so that the report survives a later failure.
+- `report`: what the user reads: the environment line, the correctness grid, the tables.
+- `verdicts`: the preflight's verdict: which nodes pass, which fail and why.
 """
 
 from __future__ import annotations
