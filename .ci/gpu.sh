@@ -4,12 +4,12 @@
 # limit: tests/gpu, the whole suite (hermetic: only tests marked gpu see the device),
 # `accelbackends check`, the refusal of ranks sharing a GPU over NCCL, and the GPU benchmark
 # (python -m benchmarks gpu). It writes one summary (summary.json and summary.md, with the row
-# docs/hardware.md keeps) to $ACCELBACKENDS_GPU_OUT (default benchmarks/results/gpu-lane).
-# About 8 minutes on one GPU (ACCELBACKENDS_GPU_BUDGET, seconds, bounds it: the suite gets what the
+# docs/hardware.md keeps) to $GPU_LANE_OUT (default benchmarks/results/gpu-lane).
+# About 8 minutes on one GPU (GPU_LANE_BUDGET, seconds, bounds it: the suite gets what the
 # other steps leave). CI does not run it: CI's machines have no GPU.
 #
 # Usage: .ci/gpu.sh                 (PYTHON=... picks the interpreter that holds the CUDA torch;
-#                                   ACCELBACKENDS_GPU_SKIP=benchmark,... leaves steps out)
+#                                   GPU_LANE_SKIP=benchmark,... leaves steps out)
 # On a node without a package index, point pip at a folder of wheels for the build backend
 # (hatchling and what it needs) the usual way: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR .ci/gpu.sh
 set -uo pipefail
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 
 python=${PYTHON:-python3}
-out=${ACCELBACKENDS_GPU_OUT:-benchmarks/results/gpu-lane}
+out=${GPU_LANE_OUT:-benchmarks/results/gpu-lane}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d)
@@ -28,13 +28,15 @@ if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() el
     exit 2
 fi
 
-# ACCELBACKENDS_GPU_SKIP: comma-separated steps to leave out (e.g. benchmark, for a rerun).
-skip=",${ACCELBACKENDS_GPU_SKIP:-},"
+# GPU_LANE_SKIP: comma-separated steps to leave out (e.g. benchmark, for a rerun). The lane's
+# own settings have no ACCELBACKENDS_ prefix: accelbackends warns about names of its own it
+# does not read.
+skip=",${GPU_LANE_SKIP:-},"
 step() {
     local name=$1 limit=$2 began=$SECONDS status=0
     shift 2
     if [[ $skip == *",$name,"* ]]; then
-        echo "gpu lane: $name: left out (ACCELBACKENDS_GPU_SKIP)" >&2
+        echo "gpu lane: $name: left out (GPU_LANE_SKIP)" >&2
         return 0
     fi
     echo "gpu lane: $name" >&2
@@ -89,7 +91,7 @@ print(json.dumps({"gpu": name, "gpus": torch.cuda.device_count(), "driver": driv
 # temporary directories); the suite runs one test at a time without it.
 parallel=()
 if "$py" -c 'import xdist' 2>/dev/null; then
-    parallel=(-n "${ACCELBACKENDS_GPU_WORKERS:-$(($(nproc) > 8 ? 8 : $(nproc)))}")
+    parallel=(-n "${GPU_LANE_WORKERS:-$(($(nproc) > 8 ? 8 : $(nproc)))}")
 fi
 step info 60 "$work/venv/bin/accelbackends" info
 step gpu-tests 120 "$py" -m pytest -p no:cacheprovider -v -rs tests/gpu --junitxml "$out/gpu-tests.xml"
@@ -103,10 +105,10 @@ if [ "$("$py" -c 'import torch; print(torch.cuda.device_count())')" = 1 ]; then
     ACCELBACKENDS_SHARE_DEVICES=1 ACCELBACKENDS_BACKEND=gloo \
         step shared-gpu-gloo 120 "$work/venv/bin/accelbackends" check --nproc 2 --quick --json
 fi
-# The suite gets what is left of the lane's budget (ACCELBACKENDS_GPU_BUDGET seconds, 8 minutes
+# The suite gets what is left of the lane's budget (GPU_LANE_BUDGET seconds, 8 minutes
 # by default) after the benchmark's share; -v prints one line per test as it ends, so a run cut
 # at its limit still shows how far it came and what failed.
-budget=${ACCELBACKENDS_GPU_BUDGET:-480}
+budget=${GPU_LANE_BUDGET:-480}
 reserve=120
 [[ $skip == *",benchmark,"* ]] && reserve=0
 suite_limit=$((budget - (SECONDS - started) - reserve))
