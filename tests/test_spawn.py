@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,9 @@ import torch.distributed as dist
 
 import accelbackends
 from accelbackends import ConfigError, SpawnError
+from accelbackends.job import spawn as spawn_module
+from accelbackends.job.spawn import SETTLE
+from accelbackends.plugin import torchcompat
 
 
 def _all_reduce(ctx: accelbackends.Context, scale: float) -> tuple[int, int, float, str]:
@@ -103,6 +107,40 @@ def test_rank_dying_in_a_collective_is_named_first_and_its_peers_loss_as_the_con
     assert rank == 1 and said.startswith("rank 1 raised "), said
     assert lines[-1] == f"({said} — a consequence of rank 0's death above)"
     assert multiprocessing.active_children() == []
+
+
+def _closes_its_group_then_aborts(ctx: accelbackends.Context, done: str) -> None:
+    import time
+
+    if ctx.rank == 0:
+        # Its sockets close while it still runs (as Gloo closes a pair when it raises, before
+        # the C++ exception aborts the process): rank 1 reports the loss first.
+        dist.destroy_process_group()
+        while not os.path.exists(done):  # until rank 1 has lost it
+            time.sleep(0.01)
+        time.sleep(2 * SETTLE)  # past the window in which the parent collects reports anyway
+        os.abort()
+    try:
+        dist.all_reduce(torch.ones(4))
+    finally:
+        open(done, "w").close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    torchcompat.release() < (2, 9),
+    reason="destroying a Gloo group can deadlock before torch 2.9 (pytorch/pytorch#154976)",
+)
+def test_a_rank_still_running_when_its_peer_reports_losing_it_is_waited_for_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No wall-clock margin: the grace is made far longer than the rank's way to its end.
+    monkeypatch.setattr(spawn_module, "PEER_GRACE", 300.0)
+    with pytest.raises(SpawnError) as caught:
+        accelbackends.spawn(_closes_its_group_then_aborts, 2, args=(str(tmp_path / "lost"),))
+    error = caught.value
+    assert (error.rank, error.death) == (0, "was killed by SIGABRT"), str(error)
+    assert str(error).splitlines()[-1].endswith("a consequence of rank 0's death above)")
 
 
 def test_init_options_are_forwarded_to_every_rank() -> None:

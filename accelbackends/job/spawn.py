@@ -70,6 +70,11 @@ DEATH_LEAD = 0.5
 #: while its device's teardown still holds its exit (seen past `SETTLE` on an H200). Only a
 #: teardown stuck in a driver reaches this bound.
 DYING_WAIT = 30.0
+#: When every failure only says that a peer went away, how long a rank that has neither
+#: reported nor begun to exit may take to do one or the other: Gloo closes a pair's socket as
+#: it raises, before that rank's process ends ("writev ... Bad address" on a GPU tensor aborted
+#: rank 0 of two on an H200 after rank 1 had already reported losing it).
+PEER_GRACE = 5.0
 #: How often a rank on its way out is looked at while waiting for its end.
 _DYING_POLL = 0.05
 #: After a rank's function returned, how long the rank may take to exit before it is ended.
@@ -622,7 +627,8 @@ def _await_ends(
     closed (its peers' reports are in) may still be closing its other descriptors, its exit
     pipe among them (a device's teardown; a helper it forked holding a copy). One that has
     ended is reaped and recorded here without waiting for that pipe; one still exiting is
-    waited for up to `DYING_WAIT` after the first failure, then named as such.
+    waited for up to `DYING_WAIT` after the first failure, then named as such; one still
+    running, for up to `PEER_GRACE` (its report, or its end, may be on the way).
     """
     if not all(is_consequence(_first_line(e)) for _, e in failures):
         return False
@@ -643,4 +649,6 @@ def _await_ends(
                 waiting = True
             else:
                 died(rank, f"was still exiting {DYING_WAIT:g} s after the first failure")
+        elif time.monotonic() < dying_until - DYING_WAIT + PEER_GRACE:
+            waiting = True  # still running: its own report or its end may be on the way
     return waiting
