@@ -57,7 +57,10 @@ VARIABLE_CASES: list[tuple[dict[str, str], tuple[str, ...]]] = [
     ({"RANK": "x", "WORLD_SIZE": "2", **_MASTER}, ("RANK='x'", "integer >= 0")),
     ({"RANK": "-1", "WORLD_SIZE": "2", **_MASTER}, ("RANK='-1'", "integer >= 0")),
     ({"RANK": "2", "WORLD_SIZE": "2", **_MASTER}, ("RANK=2", "less than WORLD_SIZE=2")),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, ("WORLD_SIZE=0", "integer >= 1")),
+    # One range for what is no integer and what is too small ('abc' was told ">= 0", then 0
+    # was refused with ">= 1").
+    ({"RANK": "0", "WORLD_SIZE": "0"}, ("WORLD_SIZE='0'", "integer from 1 to")),
+    ({"RANK": "0", "WORLD_SIZE": "abc"}, ("WORLD_SIZE='abc'", "integer >= 1")),
     ({"RANK": "0"}, ("missing WORLD_SIZE", "RANK, WORLD_SIZE")),
     ({"RANK": "0", "WORLD_SIZE": "2"}, ("missing MASTER_ADDR, MASTER_PORT",)),
     (
@@ -157,6 +160,10 @@ INIT_VARIABLE_CASES: list[tuple[dict[str, str], tuple[str, ...]]] = [
     (
         {"ACCELBACKENDS_RENDEZVOUS_TIMEOUT": "10s"},
         ("ACCELBACKENDS_RENDEZVOUS_TIMEOUT='10s'", "such as 300"),
+    ),
+    (
+        {"ACCELBACKENDS_PLUGIN_TIMEOUT": "0"},
+        ("ACCELBACKENDS_PLUGIN_TIMEOUT='0'", "such as 10 (the default)"),
     ),
 ]
 

@@ -232,3 +232,12 @@ def test_a_refused_accelerator_is_an_error_not_a_fall_back_to_the_next() -> None
         accelbackends.select(registry=registry)
     # Asked for another accelerator, the refused one does not matter.
     assert accelbackends.select("cpu", registry=registry).accelerator == "cpu"
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("gpu", "cuda"), ("GPU", "cuda"), ("gaudi", "hpu")])
+def test_a_word_for_a_device_gets_the_accelerator_it_means_not_the_closest_spelling(
+    typed: str, meant: str
+) -> None:
+    # Spelling alone answers 'gpu' with 'xpu'; a user who types gpu means cuda.
+    with pytest.raises(SelectionError, match=rf"did you mean {meant!r}\? \({typed!r} names no"):
+        accelbackends.select(typed, registry=Registry(env={}))

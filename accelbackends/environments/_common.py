@@ -45,13 +45,17 @@ LOOPBACK = "127.0.0.1"
 _PORT_BASE, _PORT_SPAN = 20000, 10000
 
 
-def read_int(env: Mapping[str, str], var: str, *, high: int = MAX_COUNT) -> int:
-    """``env[var]`` as an integer from 0 to ``high``, or a ConfigError naming the variable and
-    its value."""
+#: The smallest value of a field that is a count of processes (a world has a rank in it).
+_LOWEST = {"world_size": 1, "local_world_size": 1}
+
+
+def read_int(env: Mapping[str, str], var: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """``env[var]`` as an integer from ``low`` to ``high``, or a ConfigError naming the variable
+    and its value."""
     value = env.get(var)
     if value is None:
-        raise ConfigError(f"{var} is not set; use an integer >= 0")
-    return parse_int(value, var, high=high)
+        raise ConfigError(f"{var} is not set; use an integer >= {low}")
+    return parse_int(value, var, low=low, high=high)
 
 
 def read_port(env: Mapping[str, str], var: str) -> int:
@@ -115,14 +119,14 @@ class Reader:
             hint = f"; {missing}" if missing else ""
             raise ConfigError(f"the {self.launcher} environment sets no {listed} ({field}){hint}")
         self.sources[field] = name
-        return read_int(self.env, name)
+        return read_int(self.env, name, low=_LOWEST.get(field, 0))
 
     def read_optional(self, field: str, *names: str) -> int | None:
         name = self.first(*names)
         if name is None:
             return None
         self.sources[field] = name
-        return read_int(self.env, name)
+        return read_int(self.env, name, low=_LOWEST.get(field, 0))
 
     def derive(self, field: str, value: int, how: str) -> int:
         self.sources[field] = how

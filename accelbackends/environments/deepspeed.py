@@ -40,7 +40,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     r = Reader(env, "deepspeed")
     values = {field: r.read(field, var) for field, var in _FIELDS.items()}
     rank, world, local, per_node, node = (values[f] for f in _FIELDS)
-    nodes = read_int(env, "CROSS_SIZE")
+    nodes = read_int(env, "CROSS_SIZE", low=1)
     r.check_counts(rank, world, local, per_node, node)
     if node >= nodes:
         raise ConfigError(f"CROSS_RANK={node} must be less than CROSS_SIZE={nodes}")

@@ -23,7 +23,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     if "RANK" not in env and "WORLD_SIZE" not in env:
         return None
     require(env, "env://", "RANK", "WORLD_SIZE")
-    rank, world_size = read_int(env, "RANK"), read_int(env, "WORLD_SIZE")
+    rank, world_size = read_int(env, "RANK"), read_int(env, "WORLD_SIZE", low=1)
     sources = {"rank": "RANK", "world_size": "WORLD_SIZE"}
     if world_size > 1:
         require(env, "env://", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -42,7 +42,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
             "WORLD_SIZE (no LOCAL_WORLD_SIZE)",
         )
     if "LOCAL_WORLD_SIZE" in env:
-        local_world_size = read_int(env, "LOCAL_WORLD_SIZE")
+        local_world_size = read_int(env, "LOCAL_WORLD_SIZE", low=1)
         sources["local_world_size"] = "LOCAL_WORLD_SIZE"
     node_var = next((v for v in ("NODE_RANK", "GROUP_RANK") if v in env), None)
     if node_var:

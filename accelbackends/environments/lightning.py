@@ -22,7 +22,7 @@ from ._common import read_int, read_port
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
     if "RANK" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
         return None
-    world_size = read_int(env, "WORLD_SIZE")
+    world_size = read_int(env, "WORLD_SIZE", low=1)
     local_rank = read_int(env, "LOCAL_RANK")
     node_rank = read_int(env, "NODE_RANK") if "NODE_RANK" in env else 0
     sources = {
@@ -32,7 +32,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     }
     if "LOCAL_WORLD_SIZE" in env:
         per_node, sources["local_world_size"] = (
-            read_int(env, "LOCAL_WORLD_SIZE"),
+            read_int(env, "LOCAL_WORLD_SIZE", low=1),
             "LOCAL_WORLD_SIZE",
         )
     elif node_rank == 0:

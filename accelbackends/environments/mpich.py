@@ -64,7 +64,7 @@ def _job(env: Mapping[str, str], world: int, local_world: int) -> tuple[str, str
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
     if "PMI_RANK" not in env:
         return None
-    size = read_int(env, "PMI_SIZE") if env.get("PMI_SIZE", "").strip() else None
+    size = read_int(env, "PMI_SIZE", low=1) if env.get("PMI_SIZE", "").strip() else None
     if started_by_srun(env, read_int(env, "PMI_RANK"), size):
         return None
     return read_mpi_style(

@@ -25,7 +25,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     rank = read_int(env, "PALS_RANKID")
     if env.get("PMI_RANK", "").strip() and read_int(env, "PMI_RANK") != rank:
         return None
-    size = read_int(env, "PMI_SIZE") if env.get("PMI_SIZE", "").strip() else None
+    size = read_int(env, "PMI_SIZE", low=1) if env.get("PMI_SIZE", "").strip() else None
     if started_by_srun(env, rank, size):
         return None
     return read_mpi_style(

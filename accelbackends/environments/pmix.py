@@ -24,7 +24,7 @@ _PASS_ALONG = "or start the ranks with srun, mpirun or torchrun, which set every
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
     if "PMIX_RANK" not in env:
         return None
-    size = read_int(env, "WORLD_SIZE") if env.get("WORLD_SIZE", "").strip() else None
+    size = read_int(env, "WORLD_SIZE", low=1) if env.get("WORLD_SIZE", "").strip() else None
     if started_by_srun(env, read_int(env, "PMIX_RANK"), size):
         return None
     return read_mpi_style(

@@ -36,7 +36,7 @@ def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | N
     require(env, "SkyPilot", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES")
     r = Reader(env, "skypilot")
     nodes = read_int(env, "SKYPILOT_NUM_NODES")
-    if env.get("WORLD_SIZE", "").strip() and read_int(env, "WORLD_SIZE") != nodes:
+    if env.get("WORLD_SIZE", "").strip() and read_int(env, "WORLD_SIZE", low=1) != nodes:
         return None  # a launcher inside the run command started its own ranks
     node = r.read("node_rank", "SKYPILOT_NODE_RANK")
     world = r.read("world_size", "SKYPILOT_NUM_NODES")

@@ -19,6 +19,25 @@ from ..registry.facade import Registry, default_registry
 __all__ = ["Selection", "detect", "select"]
 
 
+#: Words a user types for an accelerator, by the accelerator they mean (spelling alone would
+#: answer 'gpu' with 'xpu').
+_MEANT = {
+    "gpu": "cuda",
+    "nvidia": "cuda",
+    "rocm": "cuda",
+    "amd": "cuda",
+    "hip": "cuda",
+    "intel": "xpu",
+    "gaudi": "hpu",
+    "habana": "hpu",
+}
+_MEANT_WHY = {
+    "cuda": "NVIDIA and AMD GPUs are 'cuda', as in torch",
+    "xpu": "Intel GPUs are 'xpu', as in torch",
+    "hpu": "Habana Gaudi devices are 'hpu', as in torch",
+}
+
+
 def detect(*, registry: Registry | None = None) -> tuple[AcceleratorStatus, ...]:
     """Every known accelerator with its verdict (available, device count, reason, provider).
 
@@ -78,9 +97,15 @@ def select(
         if name not in by_name:
             blocked = registry.blocked_plugins()
             hint = f" (blocked plugins: {', '.join(blocked)})" if blocked else ""
+            meant = _MEANT.get(name.lower())
+            guess = (
+                f"; did you mean {meant!r}? ({name!r} names no accelerator: {_MEANT_WHY[meant]})"
+                if meant in by_name
+                else did_you_mean(name, sorted(by_name))
+            )
             raise SelectionError(
                 f"{source} is not a known accelerator; known accelerators: "
-                f"{', '.join(sorted(by_name))}{hint}{did_you_mean(name, sorted(by_name))}"
+                f"{', '.join(sorted(by_name))}{hint}{guess}"
             )
         if not by_name[name].available:
             raise SelectionError(

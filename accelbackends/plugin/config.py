@@ -127,15 +127,21 @@ def blanks(value: str) -> str:
     return ""
 
 
-def parse_int(value: str, var: str, *, high: int = MAX_COUNT) -> int:
-    """``value`` (of ``var``) as an integer from 0 to ``high``, or a ConfigError naming both."""
+def parse_int(value: str, var: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """``value`` (of ``var``) as an integer from ``low`` to ``high``, or a ConfigError naming
+    both and the range (one message for what is no integer and what is out of range: a world
+    size told ">= 0" for "abc" and then refused for 0 sent the user round twice)."""
     match = DIGITS.match(value)
     if not match:
-        raise ConfigError(f"{var}={shown(value)} is not valid; use an integer >= 0{blanks(value)}")
+        raise ConfigError(
+            f"{var}={shown(value)} is not valid; use an integer >= {low}{blanks(value)}"
+        )
     # Compared as text first: int() of thousands of digits hits Python's conversion limit.
     digits = match.group(1).lstrip("0") or "0"
-    if len(digits) > len(str(high)) or int(digits) > high:
-        raise ConfigError(f"{var}={shown(value)} is out of range; use an integer from 0 to {high}")
+    if len(digits) > len(str(high)) or not low <= int(digits) <= high:
+        raise ConfigError(
+            f"{var}={shown(value)} is out of range; use an integer from {low} to {high}"
+        )
     return int(digits)
 
 
@@ -152,6 +158,11 @@ def parse_bool(value: str, *, source: str) -> bool:
     )
 
 
+#: The example a refused number of seconds is given: the variable's own default where it has
+#: one far from 300 (the plugin time limit's 10 was once told "such as 300").
+_EXAMPLE_SECONDS = {PLUGIN_TIMEOUT: "10 (the default)", TIMEOUT: "1800 (the default)"}
+
+
 def parse_seconds(value: object, *, source: str) -> float:
     """A positive, finite number of seconds (``"90"``, ``"1.5"`` or a number) from
     `MIN_SECONDS` to `MAX_SECONDS`."""
@@ -159,15 +170,18 @@ def parse_seconds(value: object, *, source: str) -> float:
         raise ConfigError(
             f"{source}={shown(value)} is not a number of seconds; use a positive number"
         )
+    example = _EXAMPLE_SECONDS.get(source, "300")
     try:
         seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(
-            f"{source}={shown(value)} is not a number of seconds; use a positive number such as 300"
+            f"{source}={shown(value)} is not a number of seconds; use a positive number such as "
+            f"{example}"
         ) from None
     if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(
-            f"{source}={shown(value)} must be a positive, finite number of seconds, such as 300"
+            f"{source}={shown(value)} must be a positive, finite number of seconds, such as "
+            f"{example}"
         )
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ConfigError(
