@@ -16,6 +16,7 @@ from conftest import run_cli
 
 from accelbackends.cli.check import options
 from accelbackends.plugin.torchfeatures import read_build_files
+from accelbackends.testing.cluster import clean_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ("--max-bytes", "2KiB", "--iters", "1")
@@ -275,3 +276,26 @@ def test_a_bad_secret_path_fails_info_and_a_standalone_check_alike(tmp_path: Pat
     line = info.stderr.strip().splitlines()[-1]
     assert "the secret file cannot be read (No such file or directory)" in line
     assert check.stderr.strip().splitlines()[-1] == line
+
+
+def test_a_misspelt_accelerator_in_init_fails_before_torch_is_imported() -> None:
+    # On a GPU node's large environment, importing torch first made this typo take 11-15 s.
+    code = (
+        "import sys, accelbackends\n"
+        "try:\n"
+        "    accelbackends.init(accelerator='CUDA')\n"
+        "except accelbackends.SelectionError as error:\n"
+        "    print('torch' in sys.modules, error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean_environment(os.environ),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    assert said.startswith("False accelerator='CUDA' is not a known accelerator"), said
+    assert "did you mean 'cuda'?" in said

@@ -225,6 +225,14 @@ def init(
             worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
     if cluster.rank == 0:  # once per job, not once per rank
         warn_unknown_variables(registry)
+    requested = (
+        accelerator if accelerator is not None else config.read_name(env, config.ACCELERATOR)
+    )
+    if requested is not None and requested not in {s.name for s in registry.detect()}:
+        # A misspelt accelerator fails before torch is imported (11-15 s on a GPU node's large
+        # environment), with the message select() gives after it.
+        with _refusal_told(cluster, join_s):
+            select(accelerator, backend, registry=registry)
 
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
     # them all (os.environ exactly as found, TORCH_CPP_LOG_LEVEL included, no store left
