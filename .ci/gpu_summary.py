@@ -110,7 +110,6 @@ def main(out: Path, seconds: int) -> int:
         "init_overhead_one_rank": overhead,
         "benchmark_goals": bench.get("goals", []),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     headers = [
         "date",
         "GPU",
@@ -152,11 +151,11 @@ def main(out: Path, seconds: int) -> int:
             "culprits": gloo.get("culprits"),
         }
         lines += ["", f"GPU tensors over Gloo, two ranks on one GPU: {summary['shared_gpu_gloo']}"]
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if summary["shared_gpu"]:
         lines += ["", f"two ranks on one GPU: exit {shared[0]}: {summary['shared_gpu']['said']}"]
     for goal in summary["benchmark_goals"]:
         lines.append(f"- {goal['name']}: {goal['measured']} (target {goal['target']})")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     markdown = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(markdown)
     print(markdown)
