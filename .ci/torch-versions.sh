@@ -23,14 +23,14 @@ fi
 if [ "$#" -gt 0 ]; then versions=("$@"); else versions=("$OLDEST" "$NEWEST"); fi
 
 tests=(
-    tests/test_torch_versions.py
-    tests/test_lifecycle.py tests/test_lifecycle_undo.py tests/test_spawn.py
-    tests/test_membership.py tests/test_rendezvous_errors.py tests/test_single_host_store.py
-    tests/test_storewire.py tests/test_workers.py
-    tests/test_check.py tests/test_selection.py tests/test_torchrun.py
-    tests/test_accelerator_cuda.py tests/test_accelerator_xpu.py tests/test_accelerator_hpu.py
-    tests/test_accelerator_fake_stacks.py tests/test_accelerator_devices.py
-    tests/test_accelerator_packages.py
+    tests/plugin/test_torch_versions.py
+    tests/job/test_lifecycle.py tests/job/test_lifecycle_undo.py tests/job/test_spawn.py
+    tests/rendezvous/test_membership.py tests/rendezvous/test_errors.py tests/rendezvous/test_single_host_store.py
+    tests/rendezvous/test_storewire.py tests/plugin/test_workers.py
+    tests/cli/check/test_check.py tests/job/test_selection.py tests/rendezvous/test_torchrun.py
+    tests/accelerators/test_cuda.py tests/accelerators/test_xpu.py tests/accelerators/test_hpu.py
+    tests/accelerators/test_fake_stacks.py tests/plugin/test_devices.py
+    tests/plugin/test_packages.py
     tests/environments tests/integrations/test_attach.py tests/gpu
 )
 

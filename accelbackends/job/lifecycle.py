@@ -1,7 +1,7 @@
 """``init()``, ``destroy()`` and ``distributed()``: the full path from detection to a process group.
 
 The steps of ``init()``, in the order the code runs them (each marked ``# step: name`` below;
-docs/img/lifecycle.dot draws the same names, and tests/test_lifecycle_steps.py holds the three
+docs/img/lifecycle.dot draws the same names, and tests/job/test_lifecycle_steps.py holds the three
 together):
 
 1. ``recognise``: which job this is, from the launcher (`accelbackends.job.recognise`).

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_check import FAKE_COMM
 from test_multinode import _clean_env, _ip, _kill_everything_in, _must
+
+from cli.check.test_check import FAKE_COMM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

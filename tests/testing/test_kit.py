@@ -36,7 +36,7 @@ for _, _module in accelbackends.registry.facade.BUILTIN_PLUGINS:
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NO_AUTOLOAD = {"ACCELBACKENDS_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 

@@ -687,7 +687,7 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
 
 
 #: Where tests/dying.py is, for the ranks that import it.
-_TESTS = str(Path(__file__).parent)
+_TESTS = str(Path(__file__).parents[2])
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
-from test_check import QUICK
 
 import accelbackends
 from accelbackends.cli.check.links import plan
@@ -26,6 +25,7 @@ from accelbackends.cli.check.thresholds import (
 )
 from accelbackends.cli.check.verdicts import INTER, INTRA, judge_links, node_verdict
 from accelbackends.plugin.errors import ConfigError
+from cli.check.test_check import QUICK
 
 # -- the plan --------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from accelbackends import ConfigError, RendezvousError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
 
-INTRUDERS = Path(__file__).parent / "intruders"
+INTRUDERS = Path(__file__).parents[1] / "intruders"
 #: plain_torch.py finds the job's keys with TCPStore.list_keys, which torch has from 2.12.
 NEEDS_LIST_KEYS = pytest.mark.skipif(
     not hasattr(dist.TCPStore, "list_keys"),

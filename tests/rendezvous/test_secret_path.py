@@ -25,7 +25,7 @@ ROOT_ONLY = pytest.mark.skipif(
 OTHER_UID = 65534
 KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 LIMIT = 120  # seconds any child of these tests may take before the test fails
-VICTIM = Path(__file__).parent / "intruders" / "victim.py"
+VICTIM = Path(__file__).parents[1] / "intruders" / "victim.py"
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from accelbackends.job import lifecycle
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = Path(lifecycle.__file__)
 DIAGRAM = ROOT / "docs" / "img" / "lifecycle.dot"
 
