@@ -7,9 +7,11 @@ or ``accelbackends info``.
 
 The folders are floors, each importing only from those below it (``docs/architecture.md``):
 
-- `plugin`: floor 1, everything a plugin author imports (hooks, boundary types, errors, probe
+- `plugin`: floor 0, everything a plugin author imports (hooks, boundary types, errors, probe
   helpers, torch compatibility).
-- `_version`: the package's version, on floor 1.
+- `_version`: the package's version, on floor 0.
+- `host`: floor 1, the runtime the package runs on and plugins never import (the runner with a
+  deadline, the wait for torch's workers, importing torch).
 - `accelerators`: the built-in accelerator plugins (cuda, hpu, xpu, cpu).
 - `environments`: the built-in launcher plugins (torchrun, slurm, the MPIs, ray, skypilot, …).
 - `rendezvous`: how the ranks meet: the store with deadlines, membership proof, secret, network.

@@ -95,7 +95,7 @@ elif way == "distributed":
 elif way.startswith("init-only"):
     import accelbackends
     from accelbackends.job import lifecycle
-    from accelbackends.plugin import workers
+    from accelbackends.host import workers
 
     accelbackends.init()
     if way == "init-only-no-hook":

@@ -18,7 +18,8 @@ import pytest
 
 import accelbackends
 from accelbackends import accelerators
-from accelbackends.plugin import config, guard
+from accelbackends.host import guard
+from accelbackends.plugin import config
 from accelbackends.plugin import installed as _installed
 from accelbackends.registry import facade as _registry
 from accelbackends.testing import cluster as kit_cluster

@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 
 from accelbackends.cli.check import options
-from accelbackends.plugin.torchfeatures import read_build_files
+from accelbackends.host.torchfeatures import read_build_files
 from accelbackends.testing.cluster import clean_environment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ folders, the reaches into another package's private modules.
 
 - No import cycle among the modules of ``accelbackends/``.
 - Every folder of ``accelbackends/`` stands on a floor (`FLOORS`) and imports only from floors
-  below its own: plugin < built-in plugins and rendezvous < registry < job < the faces
+  below its own: plugin < host < built-in plugins and rendezvous < registry < job < the faces
   (integrations, cli, the package's own ``__init__``) < testing. Nothing imports up or sideways.
 - No module imports another folder's ``_private`` module.
 - ``accelbackends/plugin/`` imports nothing else from accelbackends.
@@ -35,8 +35,9 @@ PLUGIN_LIKE = (f"{PACKAGE}.accelerators", f"{PACKAGE}.environments")
 #: its own folder and from lower floors. ``""`` is the package's ``__init__``, the Python API's
 #: face (lazy re-exports of the job and the registry). docs/architecture.md describes each floor.
 FLOORS: dict[str, int] = {
-    "plugin": 1,
-    "_version": 1,
+    "plugin": 0,
+    "_version": 0,
+    "host": 1,
     "accelerators": 2,
     "environments": 2,
     "rendezvous": 2,

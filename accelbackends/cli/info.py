@@ -272,8 +272,8 @@ def _world_check(registry: Registry, found: Any, selection: Any) -> dict[str, An
 def _torch_section(import_torch: bool) -> dict[str, Any]:
     """Whether torch is installed, has ``torch.distributed``, and which backends it was built
     with: read from its build files, or asked of torch itself with ``import_torch``."""
+    from ..host.torchfeatures import ask_torch, read_build_files
     from ..plugin.errors import InitError
-    from ..plugin.torchfeatures import ask_torch, read_build_files
 
     section: dict[str, Any] = {
         "version": _installed_version("torch"),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..plugin import guard
+from ..host import guard
 from . import text
 
 __all__ = ["exit", "keep_plugin_output_off_stdout"]
@@ -55,5 +55,5 @@ def keep_plugin_output_off_stdout(enabled: bool) -> Callable[[], None]:
 
 def exit(code: int) -> NoReturn:
     """Exit with ``code``, skipping the interpreter's shutdown whenever another thread is still
-    running: the exit policy of `accelbackends.plugin.guard.leave`, which says why."""
+    running: the exit policy of `accelbackends.host.guard.leave`, which says why."""
     guard.leave(code)

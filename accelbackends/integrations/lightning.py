@@ -16,9 +16,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from ..host import workers
 from ..job.recognise import recognise
 from ..job.select import select
-from ..plugin import workers
 from ..plugin.errors import ConfigError, InitError
 from ..plugin.types import Selection
 from ..registry.facade import Registry, default_registry
@@ -122,7 +122,7 @@ class AccelBackendsEnvironment(ClusterEnvironment):  # type: ignore[misc]
         self._world_size = self._cluster.world_size
         self._port: int | None = self._cluster.master_port
         # Lightning's DDP wrapper keeps its Gloo workers alive to the end of the process: let
-        # them finish before the interpreter finalises (see `accelbackends.plugin.workers`).
+        # them finish before the interpreter finalises (see `accelbackends.host.workers`).
         workers.at_exit()
 
     @property

@@ -16,7 +16,8 @@ import os
 import warnings
 from typing import Any
 
-from ..plugin import torchcompat, workers
+from ..host import workers
+from ..plugin import torchcompat
 from ..plugin.errors import AccelBackendsWarning, InitError
 from ..plugin.types import ClusterInfo, Context, Selection
 from ..registry.facade import Registry, default_registry

@@ -37,7 +37,9 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from ..plugin import config, torchcompat, workers
+from ..host import workers
+from ..host.torchload import import_torch_distributed
+from ..plugin import config, torchcompat
 from ..plugin.errors import (
     AccelBackendsError,
     ConfigError,
@@ -46,7 +48,6 @@ from ..plugin.errors import (
     describe,
     first_line,
 )
-from ..plugin.torchload import import_torch_distributed
 from ..plugin.types import (
     BackendOptions,
     BindRequest,
@@ -638,7 +639,7 @@ def destroy() -> None:
         # has not changed since).
         state.steps.close()
         # A DDP wrapper still alive keeps the group's Gloo workers: the last collective's are
-        # let finish while the GIL is free (`accelbackends.plugin.workers`).
+        # let finish while the GIL is free (`accelbackends.host.workers`).
         workers.wait_until_idle()
 
 

@@ -44,9 +44,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
-from ..plugin import guard
+from ..host import guard
+from ..host.guard import stuck
 from ..plugin.errors import ConfigError, SpawnError, describe, first_line
-from ..plugin.guard import stuck
 from ..plugin.types import ClusterInfo
 from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
@@ -442,7 +442,7 @@ def spawn(
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on
         # 2 cores start in about 1 s instead of 13 s). Importing torch initialises no device
         # runtime, so forking afterwards stays safe.
-        from ..plugin.torchload import import_torch_distributed
+        from ..host.torchload import import_torch_distributed
 
         import_torch_distributed()
 

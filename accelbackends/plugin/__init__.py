@@ -22,14 +22,11 @@ imports torch at import time.
 - `threads`: how many intra-op threads a rank uses.
 - `torchcompat`: every private torch attribute the package touches, and every difference
   between the torch versions it supports.
-- `torchfeatures`: whether the installed torch has ``torch.distributed`` and which backends it
-  was built with, read from its build files without importing it (the host's).
-- `torchload`: importing torch where a device extension it loads by itself cannot load (the
-  host's).
-- `installed`: entry points and distributions, cached on disk between processes (the host's).
-- `guard`: the one runner for foreign or blocking code with a deadline (the host's).
-- `workers`: waiting for torch's backend worker threads before the interpreter finalises (the
-  host's).
+- `installed`: entry points and distributions, cached on disk between processes (what
+  `packages` reads, and the registry with it).
+
+The runtime the host uses and plugins must not (the runner with a deadline, the wait for torch's
+workers, importing torch, torch's build files) is one floor up, in `accelbackends.host`.
 
 **Stability promise.** The names in ``__all__`` here and in the ``__all__`` of the submodules
 `types`, `errors`, `hookspecs`, `sysfs`, `devices`, `packages`, `locality`, `links`, `options`,
@@ -40,7 +37,8 @@ and parameters may appear, with defaults). A removal is announced one minor rele
 ``DeprecationWarning``. Names starting with ``_`` are private. `torchcompat` follows torch: its
 functions stay, but what they return is whatever the installed torch keeps there. `installed`
 (the cached reader of entry points and distributions that `packages` and the registry share)
-is the host's, not under the promise.
+is not under the promise; it stays on this floor because `packages`, which plugins import,
+reads through it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ accelbackends asks them anything.
 - `defaults`: the host's own answers to the policy hooks, asked last.
 
 Running a plugin's code in a thread with a deadline, and the record of the calls given up on,
-is `accelbackends.plugin.guard`'s, one floor down.
+is `accelbackends.host.guard`'s, one floor down.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from .. import accelerators, environments
+from ..host.guard import Call, PluginTimeout, bounded, codes_of, failure
 from ..plugin import config, hookspecs, installed
 from ..plugin.errors import (
     AccelBackendsError,
@@ -32,7 +33,6 @@ from ..plugin.errors import (
     PluginWarning,
     describe,
 )
-from ..plugin.guard import Call, PluginTimeout, bounded, codes_of, failure
 from ..plugin.types import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -276,7 +276,7 @@ class Registry:
         pm = self.pm
         info = PluginInfo(name, dist, version, "active", "", builtin)
         try:
-            # A third-party plugin's own code runs bounded, in a thread (`plugin.guard`);
+            # A third-party plugin's own code runs bounded, in a thread (`host.guard`);
             # os._exit at import is made a failure of the plugin (`exits`).
             plugin = (
                 load() if builtin else bounded(refusing_exit(load), self.detect_timeout, "import")

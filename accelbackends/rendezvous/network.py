@@ -136,9 +136,9 @@ def resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> list[str] | None:
     """The addresses ``host`` resolves to, or None when it does not resolve within ``timeout``
     seconds (a resolver that hangs must not hold the rendezvous past its own timeout).
 
-    The look-up runs through `accelbackends.plugin.guard`; one given up on stays there, recorded, in
+    The look-up runs through `accelbackends.host.guard`; one given up on stays there, recorded, in
     the C library (no torch frame), where the interpreter's shutdown can end it safely."""
-    from ..plugin.guard import PluginTimeout, bounded
+    from ..host.guard import PluginTimeout, bounded
 
     def lookup() -> list[str]:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from ...plugin import guard
+from ...host import guard
 
 __all__ = ["Heartbeat"]
 
@@ -83,7 +83,7 @@ class Heartbeat:
         """End the thread and wait for it (at most `STOP_WAIT`): a daemon thread left inside a
         store call would abort the interpreter's shutdown when the call returns (CPython
         3.10-3.13), in a ``spawn()`` rank or a ``check`` rank alike. One that still has not
-        returned is recorded in `accelbackends.plugin.guard`, whose exit skips that shutdown."""
+        returned is recorded in `accelbackends.host.guard`, whose exit skips that shutdown."""
         self._stop.set()
         if self._thread is None or self._thread is threading.current_thread():
             return

@@ -1,4 +1,4 @@
-"""`accelbackends.plugin.workers`: torch's Gloo workers are found, waited for while they run, and
+"""`accelbackends.host.workers`: torch's Gloo workers are found, waited for while they run, and
 the wait is registered where accelbackends meets a group (the abort at exit, "terminate called
 without an active exception", with torch 2.13 on CPU)."""
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from accelbackends.plugin import workers
+from accelbackends.host import workers
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads thread states from /proc (Linux only)"
@@ -38,7 +38,7 @@ def test_a_gloo_groups_workers_are_found_and_settle_after_its_collectives(tmp_pa
         f"""
         import tempfile, time
         import torch, torch.distributed as dist
-        from accelbackends.plugin import workers
+        from accelbackends.host import workers
 
         store = dist.FileStore(tempfile.mktemp(dir={str(tmp_path)!r}), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -66,7 +66,7 @@ def test_the_wait_gives_up_at_its_limit_while_a_native_thread_keeps_running() ->
         """
         import threading, time
         import torch
-        from accelbackends.plugin import workers
+        from accelbackends.host import workers
 
         torch.set_num_threads(2)
         stop = threading.Event()
@@ -111,7 +111,7 @@ def test_init_without_destroy_tears_down_then_waits_for_the_workers_at_exit() ->
         """
         import accelbackends
         from accelbackends.job import lifecycle
-        from accelbackends.plugin import workers
+        from accelbackends.host import workers
 
         real_wait, real_destroy = workers.wait_until_idle, lifecycle.destroy
 
@@ -138,7 +138,7 @@ def test_the_lightning_environment_registers_the_exit_wait() -> None:
     pytest.importorskip("lightning", reason="needs Lightning: pip install -e '.[frameworks]'")
     result = _python(
         """
-        from accelbackends.plugin import workers
+        from accelbackends.host import workers
         before = workers._registered
         from accelbackends.integrations.lightning import AccelBackendsEnvironment
         AccelBackendsEnvironment()

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from types import CodeType, FrameType
 from typing import Any, Generic, NoReturn, TypeVar
 
-from .errors import describe
+from ..plugin.errors import describe
 
 __all__ = [
     "Call",

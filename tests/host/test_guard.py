@@ -14,8 +14,8 @@ from conftest import AcceleratorPlugin, fake_accelerator, wait_until_no_plugin_c
 
 import accelbackends
 from accelbackends import Registry
+from accelbackends.host import guard
 from accelbackends.job import spawn as spawning
-from accelbackends.plugin import guard
 from accelbackends.rendezvous import network
 
 
@@ -108,7 +108,7 @@ def test_a_name_look_up_that_hangs_is_given_up_on_through_the_guard(
 
 _LEAVE = """
 import sys, threading, time
-from accelbackends.plugin import guard
+from accelbackends.host import guard
 release = threading.Event()
 thread = threading.Thread(target=release.wait, daemon=False)  # would keep the shutdown waiting
 thread.start()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import InitError
+from ..plugin.errors import InitError
 
 __all__ = ["AUTOLOAD", "import_torch_distributed"]
 
