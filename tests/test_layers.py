@@ -12,7 +12,9 @@ folders, the reaches into another package's private modules.
   below its own: plugin < host < built-in plugins and rendezvous < registry < job < the faces
   (integrations, cli, the package's own ``__init__``) < testing. Nothing imports up or sideways.
 - No module imports another folder's ``_private`` module.
-- ``accelbackends/plugin/`` imports nothing else from accelbackends.
+- ``accelbackends/plugin/`` imports nothing else from accelbackends, and holds only what
+  ``accelbackends.plugin`` promises plugin authors (`NOT_PROMISED` names the one exception); the
+  runtime the host uses and plugins must not is one floor up, in ``accelbackends/host/``.
 - The built-in plugins (``accelerators/``, ``environments/``) and every package under
   ``plugins/`` reach accelbackends only through ``accelbackends.plugin``: they are written
   exactly like a third-party plugin.
@@ -49,6 +51,13 @@ FLOORS: dict[str, int] = {
     "__main__": 6,
     "testing": 6,
 }
+
+#: Modules of ``accelbackends/plugin/`` outside its promise, each with why it stays on that floor.
+NOT_PROMISED = {
+    "installed": "packages, which plugins import, reads installed distributions through it",
+}
+#: Modules of the plugin layer that its ``__init__`` imports names from rather than the module.
+PROMISED_BY_NAMES = {"errors", "hookspecs", "types"}
 
 
 def _modules(source_root: Path, top: str) -> dict[str, Path]:
@@ -363,6 +372,16 @@ def test_the_plugin_layer_imports_neither_torch_nor_the_rest_of_accelbackends() 
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[] []"
+
+
+def test_the_plugin_folder_holds_only_what_the_plugin_layer_promises() -> None:
+    from accelbackends import plugin
+
+    held = {
+        m.rpartition(".")[2] for m in _modules(ROOT, PACKAGE) if m.startswith(PLUGIN_LAYER + ".")
+    }
+    promised = {name for name in plugin.__all__ if name.islower() and name in held}
+    assert held - promised - PROMISED_BY_NAMES == set(NOT_PROMISED)
 
 
 def test_the_package_re_exports_the_plugin_layers_objects() -> None:
