@@ -430,15 +430,17 @@ def _initialise(
                 "not BackendOptions"
             )
     else:
-        options = BackendOptions(backend=selection.backend, timeout=timeout)
+        options = BackendOptions(process_group_backend=selection.backend, timeout=timeout)
     if selection.process_group_backend is not None:
         # The user gave the process group's string itself (cpu:gloo,cuda:nccl): passed as given.
-        options = replace(options, backend=selection.process_group_backend)
+        options = replace(options, process_group_backend=selection.process_group_backend)
     options = registry.backend_options(spec, options, cluster)
     for key, value in options.env_defaults.items():
         os.environ.setdefault(key, value)
     interface = gloo_interface_for(
-        options.backend, cluster.master_addr, cluster.world_size > cluster.local_world_size
+        options.process_group_backend,
+        cluster.master_addr,
+        cluster.world_size > cluster.local_world_size,
     )
     if interface is not None:
         os.environ[GLOO_INTERFACE] = interface
@@ -461,7 +463,7 @@ def _initialise(
         choice={
             "accelerator": spec.name,
             "backend": selection.backend,
-            "process_group_backend": options.backend,
+            "process_group_backend": options.process_group_backend,
             "reason": f"{selection.reason}; {selection.backend}: {selection.backend_reason}",
         },
     )
@@ -475,7 +477,7 @@ def _initialise(
     # step: init_process_group
     try:
         dist.init_process_group(
-            backend=options.backend,
+            backend=options.process_group_backend,
             store=rendezvous.store,
             rank=cluster.rank,
             world_size=cluster.world_size,
@@ -485,7 +487,7 @@ def _initialise(
         )
     except Exception as exc:
         raise InitError(
-            f"init_process_group(backend={options.backend!r}) failed on rank "
+            f"init_process_group(backend={options.process_group_backend!r}) failed on rank "
             f"{cluster.rank}: {first_line(exc)}"
         ) from exc
     steps.callback(_destroy_process_group)
@@ -495,12 +497,13 @@ def _initialise(
         # Before the first user collective: a process that slipped into the collectives by
         # writing store keys directly cannot answer this. Every rank has finished
         # init_process_group once it completes, so it is also the barrier below.
+        group_backend = options.process_group_backend
         verified = verify_group(
             rendezvous.admission,
             cluster.rank,
             cluster.world_size,
             # CPU tensors wherever the process group has a CPU backend: no device work.
-            "cpu" if "gloo" in options.backend or "cpu:" in options.backend else device,
+            "cpu" if "gloo" in group_backend or "cpu:" in group_backend else device,
             join_s,
         )
     if not verified:
@@ -517,7 +520,7 @@ def _initialise(
         device=device,
         accelerator=spec.name,
         backend=selection.backend,
-        process_group_backend=options.backend,
+        process_group_backend=options.process_group_backend,
         launcher=cluster.launcher,
         master_addr=cluster.master_addr,
         master_port=cluster.master_port,

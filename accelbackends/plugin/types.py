@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -257,13 +259,23 @@ class OptionsRequest:
     env: Mapping[str, str]
 
 
-@dataclass(frozen=True)
+#: Why `BackendOptions.backend` is renamed, for the warning its old name gives.
+_BACKEND_RENAMED = (
+    "BackendOptions.backend is renamed BackendOptions.process_group_backend (the process group's "
+    "string, 'cpu:gloo,cuda:nccl'; 'backend' elsewhere is one backend's name, 'nccl'); the old "
+    "name goes in 0.3"
+)
+
+
+@dataclass(frozen=True, init=False)
 class BackendOptions:
     """Everything handed to `torch.distributed.init_process_group`, decided before the call.
 
     Attributes:
-        backend: The explicit string passed to torch (`"gloo"`, `"cpu:gloo,cuda:nccl"`): never
-            None, so torch's build-dependent default never decides.
+        process_group_backend: The explicit string passed to torch (`"gloo"`,
+            `"cpu:gloo,cuda:nccl"`): never None, so torch's build-dependent default never
+            decides. Given first, by position, or by this name; ``backend=`` is its old name,
+            accepted with a ``DeprecationWarning`` until 0.3 (and so is reading ``.backend``).
         timeout: The collective timeout.
         device_id: Passed as `init_process_group(device_id=...)` (NCCL's eager connection), or
             None.
@@ -272,19 +284,59 @@ class BackendOptions:
             has not set them.
     """
 
-    backend: str
+    process_group_backend: str
     timeout: timedelta
     device_id: Any = None
     pg_options: Any = None
     env_defaults: Mapping[str, str] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = None,
+        device_id: Any = None,
+        pg_options: Any = None,
+        env_defaults: Mapping[str, str] | None = None,
+        *,
+        backend: str | None = None,
+    ) -> None:
+        if backend is not None:
+            # dataclasses.replace(options, backend=...) passes every field with the change:
+            # there the old name is the change asked for; anywhere else both names disagree.
+            replacing = sys._getframe(1).f_globals.get("__name__") == "dataclasses"
+            if process_group_backend is not None and not replacing:
+                raise TypeError(
+                    f"BackendOptions got process_group_backend={process_group_backend!r} and its "
+                    f"old name backend={backend!r}; give process_group_backend alone"
+                )
+            warnings.warn(_BACKEND_RENAMED, DeprecationWarning, stacklevel=2)
+            process_group_backend = backend
+        for name, value in (
+            ("process_group_backend", process_group_backend),
+            ("timeout", timeout),
+            ("device_id", device_id),
+            ("pg_options", pg_options),
+            ("env_defaults", {} if env_defaults is None else env_defaults),
+        ):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
-        if not isinstance(self.backend, str) or not self.backend:
-            raise TypeError(f"BackendOptions.backend must be a non-empty str, not {self.backend!r}")
+        if not isinstance(self.process_group_backend, str) or not self.process_group_backend:
+            raise TypeError(
+                "BackendOptions.process_group_backend must be a non-empty str, not "
+                f"{self.process_group_backend!r}"
+            )
         if not isinstance(self.timeout, timedelta) or self.timeout.total_seconds() <= 0:
             raise TypeError(
                 f"BackendOptions.timeout must be a positive timedelta, not {self.timeout!r}"
             )
+
+    @property
+    def backend(self) -> str:
+        """The old name of `process_group_backend`, until 0.3 (it warns)."""
+        warnings.warn(_BACKEND_RENAMED, DeprecationWarning, stacklevel=2)
+        return self.process_group_backend
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,7 @@ def test_deep_check_on_a_cpu_torch_says_torch_disagrees(monkeypatch: pytest.Monk
 
 def test_nccl_is_composed_with_gloo_and_sets_error_handling_only_if_unset() -> None:
     options = cuda.nccl_options(_options(), "2.13.0+cu126")
-    assert options.backend == "cpu:gloo,cuda:nccl"
+    assert options.process_group_backend == "cpu:gloo,cuda:nccl"
     assert options.device_id is None
     assert options.env_defaults == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
     for variable in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
@@ -319,7 +319,7 @@ def test_eager_init_on_a_torch_without_device_id_is_an_error() -> None:
 def test_gloo_override_uses_plain_gloo() -> None:
     assert "gloo" in cuda.SPEC.backends
     assert cuda.SPEC.backend_options is not None
-    assert cuda.SPEC.backend_options(_options("gloo")).backend == "gloo"
+    assert cuda.SPEC.backend_options(_options("gloo")).process_group_backend == "gloo"
 
 
 def test_nccl_on_a_torch_without_nccl_says_how_to_fall_back(
@@ -400,10 +400,12 @@ def test_ranks_with_a_gpu_each_or_over_gloo_are_not_sharing() -> None:
     assert cuda.MULTI_RANK_GPU not in own.env_defaults
     # The launcher gives each rank its own GPU (srun --gpus-per-task=1): not sharing either.
     per_rank = _shared_options({"CUDA_VISIBLE_DEVICES": "3"})
-    assert cuda.nccl_options(per_rank, "2.11.0", 1, nccl_version="2.28.9").backend
+    assert cuda.nccl_options(per_rank, "2.11.0", 1, nccl_version="2.28.9").process_group_backend
     assert cuda.SPEC.backend_options is not None
     assert (
-        cuda.SPEC.backend_options(dataclasses.replace(_shared_options({}), backend="gloo")).backend
+        cuda.SPEC.backend_options(
+            dataclasses.replace(_shared_options({}), backend="gloo")
+        ).process_group_backend
         == "gloo"
     )
 

@@ -147,7 +147,7 @@ def test_gloo_override_uses_plain_gloo() -> None:
     assert "gloo" in hpu.SPEC.backends
     assert hpu.SPEC.backend_options is not None
     request = OptionsRequest("gloo", "hpu", timedelta(seconds=5), _cluster(0, 1), {})
-    assert hpu.SPEC.backend_options(request).backend == "gloo"
+    assert hpu.SPEC.backend_options(request).process_group_backend == "gloo"
 
 
 def test_deep_check_without_habana_frameworks_says_the_import_failed() -> None:

@@ -193,7 +193,7 @@ def test_gloo_override_uses_plain_gloo() -> None:
     spec = xpu.make_spec()
     assert "gloo" in spec.backends
     assert spec.backend_options is not None
-    assert spec.backend_options(_request("gloo")).backend == "gloo"
+    assert spec.backend_options(_request("gloo")).process_group_backend == "gloo"
 
 
 def test_deep_check_and_binding_on_a_cpu_torch_explain_themselves() -> None:

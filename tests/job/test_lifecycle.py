@@ -369,7 +369,9 @@ def test_deep_check_disagreement_is_an_init_error_with_both_reasons() -> None:
 
 def test_backend_options_of_the_accelerator_are_used() -> None:
     def options(request: accelbackends.OptionsRequest) -> BackendOptions:
-        return BackendOptions(backend=f"cpu:{request.backend}", timeout=request.timeout)
+        return BackendOptions(
+            process_group_backend=f"cpu:{request.backend}", timeout=request.timeout
+        )
 
     spec = dataclasses.replace(fake_accelerator("opt", 100), backend_options=options)
     registry = Registry(env={}, plugins=[("optplug", AcceleratorPlugin(spec))])

@@ -81,10 +81,10 @@ def test_which_nccl_binds_its_gpu_when_the_group_is_created(
 
 def test_torch_2_15_nccl_gets_the_bound_gpu_as_device_id() -> None:
     options = cuda.nccl_options(_request(), "2.15.0+cu132", device_count=2)
-    assert options.backend == "cpu:gloo,cuda:nccl"
+    assert options.process_group_backend == "cpu:gloo,cuda:nccl"
     assert options.device_id == "cuda:1"
     lazy = cuda.nccl_options(_request("nccl-lazy"), "2.15.0+cu132", device_count=2)
-    assert (lazy.backend, lazy.device_id) == ("cpu:gloo,cuda:nccl-lazy", "cuda:1")
+    assert (lazy.process_group_backend, lazy.device_id) == ("cpu:gloo,cuda:nccl-lazy", "cuda:1")
 
 
 def test_legacy_nccl_keeps_lazy_init_on_every_torch() -> None:
@@ -95,7 +95,7 @@ def test_legacy_nccl_keeps_lazy_init_on_every_torch() -> None:
     ]:
         options = cuda.nccl_options(_request(backend, env), version, device_count=2)
         assert options.device_id is None, (version, backend, env)
-        assert options.backend == f"cpu:gloo,cuda:{backend}"
+        assert options.process_group_backend == f"cpu:gloo,cuda:{backend}"
 
 
 def test_eager_init_off_on_torch_2_15_is_allowed_where_torch_picks_the_same_gpu() -> None:

@@ -117,7 +117,7 @@ def test_gloo_needs_no_torch_npu() -> None:
         "gloo", None, timedelta(seconds=60), accelbackends.ClusterInfo("single"), {}
     )
     options = accelbackends_ascend.SPEC.backend_options(request)
-    assert (options.backend, options.timeout) == ("gloo", timedelta(seconds=60))
+    assert (options.process_group_backend, options.timeout) == ("gloo", timedelta(seconds=60))
     assert "torch_npu" not in sys.modules
 
 

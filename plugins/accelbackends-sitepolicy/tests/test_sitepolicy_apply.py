@@ -54,7 +54,7 @@ def test_an_empty_policy_changes_nothing() -> None:
 def test_the_required_backend_passes_when_the_job_uses_it() -> None:
     policy = Policy(required_backend={"gpu": "nccl"})
     # The fake accelerator's device type is "cpu".
-    assert policy.apply(GPU, options("cpu:nccl")).backend == "cpu:nccl"
+    assert policy.apply(GPU, options("cpu:nccl")).process_group_backend == "cpu:nccl"
 
 
 def test_another_backend_than_the_required_one_is_refused_naming_both() -> None:
@@ -82,4 +82,4 @@ def test_a_required_backend_the_accelerator_lacks_lists_the_ones_it_has() -> Non
 
 def test_other_accelerators_are_not_bound_by_a_requirement() -> None:
     policy = Policy(required_backend={"cuda": "nccl"})
-    assert policy.apply(GPU, options("gloo")).backend == "gloo"
+    assert policy.apply(GPU, options("gloo")).process_group_backend == "gloo"

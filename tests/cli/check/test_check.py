@@ -131,7 +131,7 @@ def _register_backends():
 
 def _options(request):
     _register_backends()
-    return accelbackends.BackendOptions(backend=request.backend, timeout=request.timeout)
+    return accelbackends.BackendOptions(request.backend, timeout=request.timeout)
 
 
 def _bind(request):

@@ -114,7 +114,7 @@ class Policy:
 
         :raises plugin.ConfigError: The job would use a backend the site does not allow.
         """
-        used = backends_in(options.backend)
+        used = backends_in(options.process_group_backend)
         required = self.required_backend.get(accelerator.name)
         if required is not None:
             where = self.source(f"required_backend.{accelerator.name}")
@@ -129,8 +129,8 @@ class Policy:
                 raise plugin.ConfigError(
                     f"site policy: accelerator {accelerator.name!r} must use backend "
                     f"{required!r} on this site ({where}), but this job would use {actual!r} "
-                    f"(process-group backend {options.backend!r}); unset ACCELBACKENDS_BACKEND "
-                    f"or the backend= argument, or set it to {required!r}"
+                    f"(process-group backend {options.process_group_backend!r}); unset "
+                    f"ACCELBACKENDS_BACKEND or the backend= argument, or set it to {required!r}"
                 )
         env = dict(options.env_defaults)
         env.update(self.env)
