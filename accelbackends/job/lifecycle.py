@@ -180,107 +180,127 @@ def init(
     """
     started = time.perf_counter()
     registry = registry or default_registry()
-    env = registry.env
-    timeout_s = _seconds(timeout, "timeout", config.TIMEOUT, env, DEFAULT_TIMEOUT)
-    join_s = _seconds(
-        rendezvous_timeout,
-        "rendezvous_timeout",
-        config.RENDEZVOUS_TIMEOUT,
-        env,
-        DEFAULT_RENDEZVOUS_TIMEOUT,
+    asked = _checked(
+        registry.env,
+        accelerator=accelerator,
+        backend=backend,
+        timeout=timeout,
+        rendezvous_timeout=rendezvous_timeout,
+        seed=seed,
+        seed_per_rank=seed_per_rank,
+        threads=threads,
+        cpu_affinity=cpu_affinity,
+        standalone=standalone,
+        cluster=cluster,
     )
-    if seed is not None:
-        _check_int("seed", seed, 0, _SEED_LIMIT)
-    if threads is not None:
-        _check_int("threads", threads, 1)
-    if cluster is not None and not isinstance(cluster, ClusterInfo):
-        raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
-    pin_mode = affinity.resolve_mode(cpu_affinity, env)
-    meant_standalone = worldcheck.standalone(standalone, env)
-
     if _state is not None:
-        context = _same_context(
-            _state.context,
-            accelerator=accelerator,
-            backend=backend,
-            timeout=None if timeout is None else timeout_s,
-            rendezvous_timeout=None if rendezvous_timeout is None else join_s,
-            seed=seed if _state.context.seed is not None else None,
-            threads=threads,
-            cpu_affinity=None if cpu_affinity is None else pin_mode,
-        )
-        if seed is not None and context.seed is None:
-            # The seed is not a property of the group but something done once: a first call
-            # that seeded nothing (Ray Train's TorchConfig() in its worker, before the training
-            # function's own `distributed(seed=0)`) leaves it to this one.
-            _seed(seed + (context.rank if seed_per_rank else 0))
-            context = _state.context = replace(context, seed=seed)
-        return context
-
-    # step: recognise
-    recognised = cluster is None
-    if cluster is None:
-        cluster = _recognition.cluster_for_init(registry)
-        # Before torch is imported: a world smaller than the job fails here, in milliseconds.
-        with _refusal_told(cluster, join_s):
-            worldcheck.check(cluster, env, standalone=meant_standalone).raise_for_problem()
-    if cluster.rank == 0:  # once per job, not once per rank
-        warn_unknown_variables(registry)
-    requested = (
-        accelerator if accelerator is not None else config.read_name(env, config.ACCELERATOR)
-    )
-    if requested is not None and requested not in {s.name for s in registry.detect()}:
-        # A misspelt accelerator fails before torch is imported (11-15 s on a GPU node's large
-        # environment), with the message select() gives after it.
-        with _refusal_told(cluster, join_s):
-            select(accelerator, backend, registry=registry)
-
+        return _again(_state, asked)
+    cluster, recognised = _step_recognise(registry, asked, cluster)
     # Each step that leaves something behind registers its undo here: a failure anywhere unwinds
     # them all (os.environ exactly as found, TORCH_CPP_LOG_LEVEL included, no store left
     # listening); on success the stack moves into _State and destroy() unwinds it.
     # stamped(): the moment of a failure is taken before the steps are undone (spawn names the
     # rank that failed first; the undo makes its peers fail too).
-    with _refusal_told(cluster, join_s), contextlib.ExitStack() as steps, stamped():
-        environment = EnvironmentChanges()
-        steps.callback(environment.undo)
-        quiet_torch_logs()  # torch reads it at import, just below; the snapshot restores it
-        dist = import_torch_distributed()
+    with _refusal_told(cluster, asked.join_s), contextlib.ExitStack() as steps, stamped():
+        run = _Run(registry, cluster, asked, started, steps, EnvironmentChanges())
+        steps.callback(run.environment.undo)
+        _torch_distributed()
+        _step_host(run)
+        selection = _step_select(run, recognised)
+        with _step_pin(run, selection) as cpus:
+            return _initialise(run, selection, cpus)
 
-        if dist.is_initialized():
-            raise InitError(
-                "torch.distributed is already initialised by code outside accelbackends "
-                f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context "
-                "for that group, or torch.distributed.destroy_process_group() first"
-            )
-        # step: host
-        server = _Held(host_early(cluster, join_s))  # before the slow part
-        steps.callback(server.release)
-        steps.push(_forget_stores_in_traceback)
-        # step: select
-        selection = select(accelerator, backend, registry=registry)
-        if recognised and (
-            problem := worldcheck.check_devices(
-                cluster, selection.status, env, standalone=meant_standalone
-            )
-        ):
-            raise ConfigError(problem)
-        # step: pin
-        with affinity.pinned(pin_mode, registry, selection.status, cluster, threads) as cpus:
-            return _initialise(
-                registry,
-                selection,
-                cluster,
-                timeout_s=timeout_s,
-                join_s=join_s,
-                seed=seed,
-                seed_per_rank=seed_per_rank,
-                threads=threads,
-                started=started,
-                server=server,
-                environment=environment,
-                steps=steps,
-                pinned=(pin_mode, cpus),
-            )
+
+@dataclass(frozen=True)
+class _Asked:
+    """One ``init()`` call's arguments as given, checked, and what they resolve to with the
+    variables that stand in for them."""
+
+    accelerator: str | None
+    backend: str | None
+    timeout: float | timedelta | None
+    rendezvous_timeout: float | timedelta | None
+    seed: int | None
+    seed_per_rank: bool
+    threads: int | None
+    cpu_affinity: str | bool | None
+    timeout_s: float
+    join_s: float
+    pin_mode: str
+    standalone: bool
+
+
+@dataclass
+class _Run:
+    """What the steps of one ``init()`` hand on: the job, the call, and the undo stack."""
+
+    registry: Registry
+    cluster: ClusterInfo
+    asked: _Asked
+    started: float
+    steps: contextlib.ExitStack
+    environment: EnvironmentChanges
+    server: _Held | None = None
+
+
+def _checked(
+    env: Any, *, cluster: ClusterInfo | None, standalone: bool | None, **given: Any
+) -> _Asked:
+    """The arguments checked, bad input first, in the order ``init()`` names them."""
+    timeout_s = _seconds(given["timeout"], "timeout", config.TIMEOUT, env, DEFAULT_TIMEOUT)
+    join_s = _seconds(
+        given["rendezvous_timeout"],
+        "rendezvous_timeout",
+        config.RENDEZVOUS_TIMEOUT,
+        env,
+        DEFAULT_RENDEZVOUS_TIMEOUT,
+    )
+    if given["seed"] is not None:
+        _check_int("seed", given["seed"], 0, _SEED_LIMIT)
+    if given["threads"] is not None:
+        _check_int("threads", given["threads"], 1)
+    if cluster is not None and not isinstance(cluster, ClusterInfo):
+        raise ConfigError(f"cluster={cluster!r} is not valid; pass an accelbackends.ClusterInfo")
+    pin_mode = affinity.resolve_mode(given["cpu_affinity"], env)
+    meant_standalone = worldcheck.standalone(standalone, env)
+    return _Asked(
+        **given, timeout_s=timeout_s, join_s=join_s, pin_mode=pin_mode, standalone=meant_standalone
+    )
+
+
+def _again(state: _State, asked: _Asked) -> Context:
+    """A second ``init()`` while the first one's group stands: its context, if compatible."""
+    context = _same_context(
+        state.context,
+        accelerator=asked.accelerator,
+        backend=asked.backend,
+        timeout=None if asked.timeout is None else asked.timeout_s,
+        rendezvous_timeout=None if asked.rendezvous_timeout is None else asked.join_s,
+        seed=asked.seed if state.context.seed is not None else None,
+        threads=asked.threads,
+        cpu_affinity=None if asked.cpu_affinity is None else asked.pin_mode,
+    )
+    if asked.seed is not None and context.seed is None:
+        # The seed is not a property of the group but something done once: a first call
+        # that seeded nothing (Ray Train's TorchConfig() in its worker, before the training
+        # function's own `distributed(seed=0)`) leaves it to this one.
+        _seed(asked.seed + (context.rank if asked.seed_per_rank else 0))
+        context = state.context = replace(context, seed=asked.seed)
+    return context
+
+
+def _torch_distributed() -> Any:
+    """``torch.distributed``, imported once its C++ log is quiet (the environment's snapshot
+    restores the level), and not initialised by someone else."""
+    quiet_torch_logs()  # torch reads it at import, just below
+    dist = import_torch_distributed()
+    if dist.is_initialized():
+        raise InitError(
+            "torch.distributed is already initialised by code outside accelbackends "
+            f"(backend {dist.get_backend()}); call accelbackends.attach() to get a context "
+            "for that group, or torch.distributed.destroy_process_group() first"
+        )
+    return dist
 
 
 @contextlib.contextmanager
@@ -357,11 +377,12 @@ def _forget_stores_in_traceback(
     kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
 ) -> bool:
     """On failure, drop the locals of the finished frames that hold a store (the rendezvous
-    and membership modules', and ``_initialise``'s), for the reason ``_Held`` gives."""
+    and membership modules', and the steps' below that hold one), for the reason ``_Held``
+    gives."""
     while traceback is not None:
         frame = traceback.tb_frame
         if frame.f_globals.get("__name__") in (_rendezvous_module, _membership_module) or (
-            frame.f_code is _initialise.__code__
+            frame.f_code in _STORE_HOLDERS
         ):
             with contextlib.suppress(RuntimeError):  # still executing: not ours to clear
                 frame.clear()
@@ -369,28 +390,80 @@ def _forget_stores_in_traceback(
     return False
 
 
-def _initialise(
-    registry: Registry,
-    selection: Selection,
-    cluster: ClusterInfo,
-    *,
-    timeout_s: float,
-    join_s: float,
-    seed: int | None,
-    seed_per_rank: bool,
-    threads: int | None,
-    started: float,
-    server: _Held,
-    environment: EnvironmentChanges,
-    steps: contextlib.ExitStack,
-    pinned: tuple[str, frozenset[int] | None] = (affinity.OFF, None),
-) -> Context:
-    global _state, _generation, _exit_hook_registered
-    import torch.distributed as dist
+def _initialise(run: _Run, selection: Selection, cpus: frozenset[int] | None) -> Context:
+    """The steps after the pin, each a function below, in the order they run."""
+    _step_confirm(selection)
+    device = _step_bind(run, selection, cpus)
+    options = _step_options(run, selection, device)
+    rendezvous = _step_rendezvous(run, selection, options)
+    _step_init_process_group(run, rendezvous, options)
+    _step_verify(run, rendezvous, options, device)
+    _step_seed(run)
+    context = _context(run, selection, device, options, cpus)
+    _step_export(run, context, rendezvous)
+    _step_post_init(run, context)
+    return context
 
-    cpu_affinity, cpus = pinned
-    status, spec = selection.status, selection.spec
+
+def _step_recognise(
+    registry: Registry, asked: _Asked, cluster: ClusterInfo | None
+) -> tuple[ClusterInfo, bool]:
+    """Which job this is (and whether it was recognised rather than given), checked against
+    every other scheduler's variables before torch is imported."""
+    # step: recognise
+    recognised = cluster is None
+    if cluster is None:
+        cluster = _recognition.cluster_for_init(registry)
+        # Before torch is imported: a world smaller than the job fails here, in milliseconds.
+        with _refusal_told(cluster, asked.join_s):
+            worldcheck.check(cluster, registry.env, standalone=asked.standalone).raise_for_problem()
+    if cluster.rank == 0:  # once per job, not once per rank
+        warn_unknown_variables(registry)
+    requested = (
+        asked.accelerator
+        if asked.accelerator is not None
+        else config.read_name(registry.env, config.ACCELERATOR)
+    )
+    if requested is not None and requested not in {s.name for s in registry.detect()}:
+        # A misspelt accelerator fails before torch is imported (11-15 s on a GPU node's large
+        # environment), with the message select() gives after it.
+        with _refusal_told(cluster, asked.join_s):
+            select(asked.accelerator, asked.backend, registry=registry)
+    return cluster, recognised
+
+
+def _step_host(run: _Run) -> None:
+    # step: host
+    run.server = _Held(host_early(run.cluster, run.asked.join_s))  # before the slow part
+    run.steps.callback(run.server.release)
+    run.steps.push(_forget_stores_in_traceback)
+
+
+def _step_select(run: _Run, recognised: bool) -> Selection:
+    # step: select
+    selection = select(run.asked.accelerator, run.asked.backend, registry=run.registry)
+    if recognised and (
+        problem := worldcheck.check_devices(
+            run.cluster, selection.status, run.registry.env, standalone=run.asked.standalone
+        )
+    ):
+        raise ConfigError(problem)
+    return selection
+
+
+def _step_pin(
+    run: _Run, selection: Selection
+) -> contextlib.AbstractContextManager[frozenset[int] | None]:
+    # step: pin
+    asked = run.asked
+    return affinity.pinned(
+        asked.pin_mode, run.registry, selection.status, run.cluster, asked.threads
+    )
+
+
+def _step_confirm(selection: Selection) -> None:
     # step: confirm
+    status, spec = selection.status, selection.spec
     if spec.confirm is not None:
         disagreement = _plugin_call("the deep check", status.plugin, spec.confirm)
         if disagreement:
@@ -398,13 +471,22 @@ def _initialise(
                 f"accelerator {spec.name!r} was detected ({status.detection.reason}), "
                 f"but torch disagrees: {disagreement}"
             )
+
+
+def _step_bind(run: _Run, selection: Selection, cpus: frozenset[int] | None) -> Any:
     # step: bind
+    cluster, spec = run.cluster, selection.spec
     request = BindRequest(
-        cluster.local_rank, cluster.local_world_size, cluster, registry.env, threads, cpus
+        cluster.local_rank,
+        cluster.local_world_size,
+        cluster,
+        run.registry.env,
+        run.asked.threads,
+        cpus,
     )
     device = _plugin_call(
         f"binding local rank {cluster.local_rank} to a {spec.name} device",
-        status.plugin,
+        selection.status.plugin,
         spec.bind,
         request,
     )
@@ -412,17 +494,22 @@ def _initialise(
         # torch 2.15's NCCL (ProcessGroupNCCL2) picks its GPU when the group is created, from
         # LOCAL_RANK where set, else from the global rank: under a launcher that sets no
         # LOCAL_RANK (srun, mpirun) that could be another GPU than the one bound. The
-        # frameworks' variables are exported after init anyway; `environment` takes this one
-        # back if init fails, destroy() when it succeeded.
+        # frameworks' variables are exported after init anyway; the environment's undo takes
+        # this one back if init fails, destroy() when it succeeded.
         os.environ["LOCAL_RANK"] = str(cluster.local_rank)
+    return device
+
+
+def _step_options(run: _Run, selection: Selection, device: Any) -> BackendOptions:
     # step: options
-    timeout = timedelta(seconds=timeout_s)
+    status, spec, cluster = selection.status, selection.spec, run.cluster
+    timeout = timedelta(seconds=run.asked.timeout_s)
     if spec.backend_options is not None:
         options = _plugin_call(
             "building the backend options",
             status.plugin,
             spec.backend_options,
-            OptionsRequest(selection.backend, device, timeout, cluster, registry.env),
+            OptionsRequest(selection.backend, device, timeout, cluster, run.registry.env),
         )
         if not isinstance(options, BackendOptions):
             raise InitError(
@@ -434,7 +521,7 @@ def _initialise(
     if selection.process_group_backend is not None:
         # The user gave the process group's string itself (cpu:gloo,cuda:nccl): passed as given.
         options = replace(options, process_group_backend=selection.process_group_backend)
-    options = registry.backend_options(spec, options, cluster)
+    options = run.registry.backend_options(spec, options, cluster)
     for key, value in options.env_defaults.items():
         os.environ.setdefault(key, value)
     interface = gloo_interface_for(
@@ -444,24 +531,30 @@ def _initialise(
     )
     if interface is not None:
         os.environ[GLOO_INTERFACE] = interface
+    return options
 
+
+def _step_rendezvous(run: _Run, selection: Selection, options: BackendOptions) -> Rendezvous:
+    global _generation
     # step: rendezvous
     # Rank 0 opens a new attempt every time; another rank joins the one rank 0 opened, at
     # least one later than the last it joined, and counts only attempts it joined: a failed
     # attempt of one rank (a connection reset by the previous cycle's store) does not set the
     # ranks one attempt apart for good.
+    cluster, server = run.cluster, run.server
+    assert server is not None  # the host step ran
     if cluster.rank == 0:
         _generation += 1
     rendezvous = meet(
         cluster,
-        join_timeout=join_s,
+        join_timeout=run.asked.join_s,
         generation=_generation if cluster.rank == 0 else _generation + 1,
         server=server.store,
-        env=registry.env,
+        env=run.registry.env,
         # Compared by rank 0 before init_process_group: ranks that chose differently would
         # wait for each other the whole collective timeout.
         choice={
-            "accelerator": spec.name,
+            "accelerator": selection.spec.name,
             "backend": selection.backend,
             "process_group_backend": options.process_group_backend,
             "reason": f"{selection.reason}; {selection.backend}: {selection.backend_reason}",
@@ -471,10 +564,17 @@ def _initialise(
         _generation = rendezvous.generation
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
+    return rendezvous
+
+
+def _step_init_process_group(run: _Run, rendezvous: Rendezvous, options: BackendOptions) -> None:
+    import torch.distributed as dist
+
+    # step: init_process_group
+    cluster = run.cluster
     extra: dict[str, Any] = {}
     if options.device_id is not None:
         extra["device_id"] = options.device_id
-    # step: init_process_group
     try:
         dist.init_process_group(
             backend=options.process_group_backend,
@@ -490,8 +590,12 @@ def _initialise(
             f"init_process_group(backend={options.process_group_backend!r}) failed on rank "
             f"{cluster.rank}: {first_line(exc)}"
         ) from exc
-    steps.callback(_destroy_process_group)
+    run.steps.callback(_destroy_process_group)
+
+
+def _step_verify(run: _Run, rendezvous: Rendezvous, options: BackendOptions, device: Any) -> None:
     # step: verify
+    cluster, join_s = run.cluster, run.asked.join_s
     verified = False
     if rendezvous.admission is not None and rendezvous.admission.secret.enabled:
         # Before the first user collective: a process that slipped into the collectives by
@@ -508,51 +612,86 @@ def _initialise(
         )
     if not verified:
         _wait_until_every_rank_is_connected(cluster, rendezvous, join_s)
+
+
+def _step_seed(run: _Run) -> None:
     # step: seed
-    if seed is not None:
-        _seed(seed + (cluster.rank if seed_per_rank else 0))
-    context = Context(
+    asked = run.asked
+    if asked.seed is not None:
+        _seed(asked.seed + (run.cluster.rank if asked.seed_per_rank else 0))
+
+
+def _context(
+    run: _Run,
+    selection: Selection,
+    device: Any,
+    options: BackendOptions,
+    cpus: frozenset[int] | None,
+) -> Context:
+    """The context the steps built, for the user and for ``destroy()``."""
+    cluster = run.cluster
+    return Context(
         rank=cluster.rank,
         world_size=cluster.world_size,
         local_rank=cluster.local_rank,
         local_world_size=cluster.local_world_size,
         node_rank=cluster.node_rank,
         device=device,
-        accelerator=spec.name,
+        accelerator=selection.spec.name,
         backend=selection.backend,
         process_group_backend=options.process_group_backend,
         launcher=cluster.launcher,
         master_addr=cluster.master_addr,
         master_port=cluster.master_port,
         timeout=options.timeout.total_seconds(),
-        rendezvous_timeout=join_s,
-        seed=seed,
-        threads=threads,
+        rendezvous_timeout=run.asked.join_s,
+        seed=run.asked.seed,
+        threads=run.asked.threads,
         reason=selection.reason,
         selection=selection,
         cluster=cluster,
-        init_seconds=time.perf_counter() - started,
-        cpu_affinity=cpu_affinity,
+        init_seconds=time.perf_counter() - run.started,
+        cpu_affinity=run.asked.pin_mode,
         cpus=cpus,
     )
+
+
+def _step_export(run: _Run, context: Context, rendezvous: Rendezvous) -> None:
+    global _state, _exit_hook_registered
     # step: export
-    steps.callback(_environment.restore)
+    run.steps.callback(_environment.restore)
     _environment.export(context)  # fails if the environment describes another job
-    _state = _State(context, rendezvous, steps.pop_all())
+    _state = _State(context, rendezvous, run.steps.pop_all())
     children.watch(_current_context)  # Lightning starting ranks of another world: refused
     if not _exit_hook_registered:
         workers.at_exit()  # registered first, so it runs after _destroy_at_exit
         atexit.register(_destroy_at_exit)
         _exit_hook_registered = True
+
+
+def _step_post_init(run: _Run, context: Context) -> None:
     # step: post_init
     try:
-        registry.post_init(context)
+        run.registry.post_init(context)
     except BaseException as exc:
         stamp(exc)
         destroy()
         raise
-    environment.keep()
-    return context
+    run.environment.keep()
+
+
+#: The steps whose frames hold a store (the rendezvous, or rank 0's server) while they run.
+_STORE_HOLDERS = frozenset(
+    step.__code__
+    for step in (
+        _initialise,
+        _step_host,
+        _step_rendezvous,
+        _step_init_process_group,
+        _step_verify,
+        _step_export,
+    )
+)
 
 
 def _current_context() -> Context | None:
