@@ -26,7 +26,7 @@ tests=(
     tests/plugin/test_torch_versions.py
     tests/job/test_lifecycle.py tests/job/test_lifecycle_undo.py tests/job/test_spawn.py
     tests/rendezvous/test_membership.py tests/rendezvous/test_errors.py tests/rendezvous/test_single_host_store.py
-    tests/rendezvous/test_storewire.py tests/plugin/test_workers.py
+    tests/rendezvous/test_storewire.py tests/host/test_workers.py
     tests/cli/check/test_check.py tests/job/test_selection.py tests/rendezvous/test_torchrun.py
     tests/accelerators/test_cuda.py tests/accelerators/test_xpu.py tests/accelerators/test_hpu.py
     tests/accelerators/test_fake_stacks.py tests/plugin/test_devices.py
