@@ -303,13 +303,16 @@ class BackendOptions:
         if backend is not None:
             # dataclasses.replace(options, backend=...) passes every field with the change:
             # there the old name is the change asked for; anywhere else both names disagree.
-            replacing = sys._getframe(1).f_globals.get("__name__") == "dataclasses"
+            caller, level = sys._getframe(1), 2
+            while caller.f_back is not None and caller.f_globals.get("__name__") == "dataclasses":
+                caller, level = caller.f_back, level + 1  # the warning names replace()'s caller
+            replacing = level > 2
             if process_group_backend is not None and not replacing:
                 raise TypeError(
                     f"BackendOptions got process_group_backend={process_group_backend!r} and its "
                     f"old name backend={backend!r}; give process_group_backend alone"
                 )
-            warnings.warn(_BACKEND_RENAMED, DeprecationWarning, stacklevel=2)
+            warnings.warn(_BACKEND_RENAMED, DeprecationWarning, stacklevel=level)
             process_group_backend = backend
         for name, value in (
             ("process_group_backend", process_group_backend),

@@ -29,14 +29,18 @@ def test_the_process_groups_string_is_process_group_backend_by_position_or_by_na
 
 
 def test_the_old_name_backend_builds_reads_and_replaces_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match=r"renamed BackendOptions\.process_group_backend"):
+    with pytest.warns(
+        DeprecationWarning, match=r"renamed BackendOptions\.process_group_backend"
+    ) as told:
         old = BackendOptions(backend="cpu:gloo,cuda:nccl", timeout=TIMEOUT)
+    assert [w.filename for w in told] == [__file__]
     assert old.process_group_backend == "cpu:gloo,cuda:nccl"
     with pytest.warns(DeprecationWarning, match=r"the old name goes in 0\.3"):
         assert old.backend == "cpu:gloo,cuda:nccl"
-    with pytest.warns(DeprecationWarning, match=r"BackendOptions\.backend is renamed"):
+    with pytest.warns(DeprecationWarning, match=r"BackendOptions\.backend is renamed") as told:
         replaced = dataclasses.replace(old, backend="gloo")
     assert replaced == BackendOptions("gloo", TIMEOUT)
+    assert [w.filename for w in told] == [__file__]  # the caller of replace(), not dataclasses
 
 
 def test_both_names_at_once_are_refused_naming_both() -> None:
