@@ -589,7 +589,9 @@ def warn_unknown_variables(registry: Registry) -> None:
     for name, note in registry.unknown_variables.items():
         if (name, note) not in _warned_variables:  # once per process (forked ranks inherit it)
             _warned_variables.add((name, note))
-            warnings.warn(f"{name} is set but {note}", AccelBackendsWarning, stacklevel=3)
+            warnings.warn(
+                f"{name} is set but {note}", AccelBackendsWarning, stacklevel=caller_stacklevel()
+            )
 
 
 _warned_variables: set[tuple[str, str]] = set()
