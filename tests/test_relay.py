@@ -32,10 +32,13 @@ def test_last_lines_join_partial_writes_and_keep_only_the_last_ones() -> None:
             os.write(rank_write, b"\n\n")
         os.write(rank_write, b"unfinished")
         os.close(rank_write)  # the rank has ended: everything it wrote is read
-        assert relay.last_lines(0) == (
-            *(f"line {n}" for n in range(5, LAST_LINES + 5)),
-            "unfinished",
-        )[-LAST_LINES:]
+        assert (
+            relay.last_lines(0)
+            == (
+                *(f"line {n}" for n in range(5, LAST_LINES + 5)),
+                "unfinished",
+            )[-LAST_LINES:]
+        )
     finally:
         relay.close()
     copied = _read_all(target_read).decode()
