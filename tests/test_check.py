@@ -90,7 +90,7 @@ def _register_backends():
 
         def broadcast(self, tensors, opts):
             if self.rank() == 1 and self._name == "dies":
-                os.write(2, b"fakecomm: rank 1 gives up in broadcast\n")
+                os.write(2, b"fakecomm: rank 1 gives up in broadcast\\n")
                 os._exit(3)
             if self.rank() == 1 and self._name == "hangs":
                 time.sleep(3600)
