@@ -612,6 +612,28 @@ def test_ncclss_rule_on_one_gpu_for_two_ranks_follows_its_version_and_the_opt_in
     unasked = cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env={})
     assert "only with NCCL_MULTI_RANK_GPU_ENABLE=1" in unasked and "ACCELBACKENDS_SHARE" in unasked
     assert "RCCL" in cuda.exclusive_gpu_rule(version=None, source="torch", env=SHARE, rocm=True)
+    # The user's own NCCL variables decide where set.
+    users = {cuda.MULTI_RANK_GPU: "1"}
+    assert cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env=users) == ""
+    forbidden = {**SHARE, cuda.MULTI_RANK_GPU: "0"}
+    assert "NCCL_MULTI_RANK_GPU_ENABLE=0 forbids NCCL 2.30.7" in cuda.exclusive_gpu_rule(
+        version="2.30.7", source="torch", env=forbidden
+    )
+    nvls = {**SHARE, cuda.NVLS: "1"}
+    assert "forces NVLS" in cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env=nvls)
+
+
+def test_a_gpu_the_launcher_may_have_given_another_rank_gets_multi_rank_gpu_where_allowed() -> None:
+    # One GPU visible per rank (not shared by accelbackends' own plan), NCCL 2.30, opted in:
+    # rank 0 admits two ranks on it, and NCCL needs the variable for that.
+    request = _shared_options({"CUDA_VISIBLE_DEVICES": "0"})
+    bound = (UUID_A, "cuda:0")
+    options = cuda.nccl_options(request, "2.15.0", 1, nccl_version="2.30.7", bound=bound)
+    assert options.env_defaults.get(cuda.MULTI_RANK_GPU) == "1"
+    assert (options.device_identity, options.exclusive_device) == (UUID_A, "")
+    below = cuda.nccl_options(request, "2.11.0", 1, nccl_version="2.28.9", bound=bound)
+    assert cuda.MULTI_RANK_GPU not in below.env_defaults
+    assert below.exclusive_device.startswith("NCCL 2.28.9 (torch.cuda.nccl.version()) allows one")
 
 
 #: A rank of a job on one node whose launcher gives each rank its own CUDA_VISIBLE_DEVICES

@@ -562,6 +562,15 @@ def nccl_options(
             env=request.env,
             rocm=rocm,
         )
+    rule = ""
+    if bound:
+        rule = exclusive_gpu_rule(
+            version=nccl_version, source="torch.cuda.nccl.version()", env=request.env, rocm=rocm
+        )
+        if not rule and not request.env.get(MULTI_RANK_GPU, "").strip():
+            # Sharing allowed (NCCL 2.30+, opted in) where the launcher may have given another
+            # rank this GPU under another name: rank 0 admits that, and NCCL then needs this.
+            env_defaults[MULTI_RANK_GPU] = "1"
     if not any(request.env.get(name, "").strip() for name in _ERROR_HANDLING_VARIABLES):
         env_defaults[_ERROR_HANDLING_VARIABLES[0]] = _ERROR_HANDLING_DEFAULT
     return BackendOptions(
@@ -572,11 +581,7 @@ def nccl_options(
         env_defaults=env_defaults,
         device_identity=bound[0] if bound else "",
         device_shown=bound[1] if bound else "",
-        exclusive_device=exclusive_gpu_rule(
-            version=nccl_version, source="torch.cuda.nccl.version()", env=request.env, rocm=rocm
-        )
-        if bound
-        else "",
+        exclusive_device=rule,
     )
 
 
@@ -729,7 +734,8 @@ def exclusive_gpu_rule(
     *, version: str | None, source: str, env: Mapping[str, str], rocm: bool = False
 ) -> str:
     """Why two ranks of one job must not hold one GPU over NCCL (or RCCL), with the ways out;
-    ``""`` where NCCL 2.30 or later may share it (`SHARE_DEVICES` set)."""
+    ``""`` where NCCL 2.30 or later may share it (`SHARE_DEVICES` set, or `MULTI_RANK_GPU` set
+    to a number other than 0, and NVLS not forced)."""
     ways_out = _ways_out("start fewer ranks on this node")
     if rocm:
         shown = f"RCCL{f' {version}' if version else ''} ({source})"
@@ -746,7 +752,20 @@ def exclusive_gpu_rule(
             'would fail at its first collective with ncclInvalidUsage, "Duplicate GPU '
             f'detected"; NCCL 2.30 added {MULTI_RANK_GPU}=1 for this); {ways_out}'
         )
-    if config.read_bool(env, SHARE_DEVICES):
+    value = env.get(MULTI_RANK_GPU, "").strip()
+    if value == "0" or (value and not config.DIGITS.match(value)):
+        return (
+            f"{MULTI_RANK_GPU}={value if value == '0' else config.shown(value)} forbids NCCL "
+            f"{version} ({source}) to put "
+            f"more than one rank of a communicator on a GPU; unset it, or {ways_out}"
+        )
+    nvls = env.get(NVLS, "").strip()
+    if nvls and nvls != "0":
+        return (
+            f"{NVLS}={config.shown(nvls)} forces NVLS, which NCCL 2.31.2 aborts on a shared GPU; "
+            f"unset it, or {ways_out}"
+        )
+    if value or config.read_bool(env, SHARE_DEVICES):
         return ""
     return (
         f"NCCL {version} ({source}) lets ranks share a GPU only with {MULTI_RANK_GPU}=1 "
