@@ -53,7 +53,9 @@ __all__ = [
     "PRIORITY",
     "SPEC",
     "Hardware",
+    "bound_gpu",
     "eager_init",
+    "exclusive_gpu_rule",
     "find_hardware",
     "nccl_options",
     "nccl_version",
@@ -518,8 +520,13 @@ def nccl_options(
     *,
     nccl_version: str | None = None,
     rocm: bool = False,
+    bound: tuple[str, str] | None = None,
 ) -> BackendOptions:
     """What ``init_process_group`` gets for NCCL with torch ``torch_version``.
+
+    ``bound`` is the bound GPU's identity and how this rank named it (`bound_gpu`): reported
+    at the rendezvous with NCCL's rule (`exclusive_gpu_rule`), so that rank 0 refuses two
+    ranks that hold one GPU through different visible-devices values.
 
     Where the backend binds its GPU when the group is created (torch 2.15's
     ``ProcessGroupNCCL2``), the device accelbackends bound goes with it as ``device_id``;
@@ -555,6 +562,15 @@ def nccl_options(
             env=request.env,
             rocm=rocm,
         )
+    rule = ""
+    if bound:
+        rule = exclusive_gpu_rule(
+            version=nccl_version, source="torch.cuda.nccl.version()", env=request.env, rocm=rocm
+        )
+        if not rule and not request.env.get(MULTI_RANK_GPU, "").strip():
+            # Sharing allowed (NCCL 2.30+, opted in) where the launcher may have given another
+            # rank this GPU under another name: rank 0 admits that, and NCCL then needs this.
+            env_defaults[MULTI_RANK_GPU] = "1"
     if not any(request.env.get(name, "").strip() for name in _ERROR_HANDLING_VARIABLES):
         env_defaults[_ERROR_HANDLING_VARIABLES[0]] = _ERROR_HANDLING_DEFAULT
     return BackendOptions(
@@ -563,6 +579,9 @@ def nccl_options(
         request.timeout,
         device_id=request.device if eager else None,
         env_defaults=env_defaults,
+        device_identity=bound[0] if bound else "",
+        device_shown=bound[1] if bound else "",
+        exclusive_device=rule,
     )
 
 
@@ -638,10 +657,7 @@ def shared_gpus(
             every rank failing at its first collective.
     """
     shared = f"{SHARE_DEVICES}=1 puts {ranks} local ranks on {_count(gpus, 'GPU')}"
-    ways_out = (
-        f"use {config.BACKEND}=gloo, start at most {gpus} {plural(gpus, 'rank')} per node, or "
-        "make more GPUs visible"
-    )
+    ways_out = _ways_out(f"start at most {gpus} {plural(gpus, 'rank')} per node")
     if rocm:
         raise ConfigError(
             f"{shared}, but RCCL{f' {version}' if version else ''} ({source}) allows one rank "
@@ -684,6 +700,102 @@ def shared_gpus(
     )
 
 
+def bound_gpu(
+    index: int, env: Mapping[str, str], gpus: Sequence[Gpu] | None
+) -> tuple[str, str] | None:
+    """The GPU that CUDA's device ``index`` is, as ``(identity, how this rank named it)``: its
+    UUID (a MIG device's own), found through the visible-devices variable in NVML's list, so
+    that ``0`` and ``GPU-8f3c…`` name the same GPU; None where NVML did not list the GPUs or
+    the entry names none. Like `_locality`, an index counts GPUs in NVML's (PCI) order."""
+    try:
+        visible = cuda_visible(env)
+    except ConfigError:
+        return None  # init() refuses the variable
+    shown = f"cuda:{index}" + (f" ({visible.describe()})" if visible.restricted else "")
+    if not gpus:
+        return None
+    entry = visible.entries[index] if visible.restricted and index < len(visible.entries) else ""
+    if not visible.restricted or entry.isdigit():
+        physical = int(entry) if entry else index
+        return (gpus[physical].uuid, shown) if physical < len(gpus) else None
+    if entry.startswith("MIG-"):
+        migs = [uuid for gpu in gpus for uuid in gpu.mig if uuid.startswith(entry)]
+        return (migs[0], shown) if len(migs) == 1 else None
+    found = _named(entry, gpus) if entry else None
+    return None if found is None else (gpus[found].uuid, shown)
+
+
+def _ways_out(fewer: str) -> str:
+    """The ways out of ranks that may not share a GPU, ``fewer`` saying how many ranks."""
+    return f"use {config.BACKEND}=gloo, {fewer}, or make more GPUs visible"
+
+
+def exclusive_gpu_rule(
+    *, version: str | None, source: str, env: Mapping[str, str], rocm: bool = False
+) -> str:
+    """Why two ranks of one job must not hold one GPU over NCCL (or RCCL), with the ways out;
+    ``""`` where NCCL 2.30 or later may share it (`SHARE_DEVICES` set, or `MULTI_RANK_GPU` set
+    to a number other than 0, and NVLS not forced)."""
+    ways_out = _ways_out("start fewer ranks on this node")
+    if rocm:
+        shown = f"RCCL{f' {version}' if version else ''} ({source})"
+        return f"{shown} allows one rank of a communicator per GPU; {ways_out}"
+    if version is None:
+        return (
+            f"NCCL's version is not known ({source}), and NCCL before "
+            f"{'.'.join(map(str, MULTI_RANK_GPU_FROM))} allows one rank of a communicator per "
+            f"GPU; {ways_out}"
+        )
+    if _release(version) < MULTI_RANK_GPU_FROM:
+        return (
+            f"NCCL {version} ({source}) allows one rank of a communicator per GPU (each rank "
+            'would fail at its first collective with ncclInvalidUsage, "Duplicate GPU '
+            f'detected"; NCCL 2.30 added {MULTI_RANK_GPU}=1 for this); {ways_out}'
+        )
+    value = env.get(MULTI_RANK_GPU, "").strip()
+    if value == "0" or (value and not config.DIGITS.match(value)):
+        return (
+            f"{MULTI_RANK_GPU}={value if value == '0' else config.shown(value)} forbids NCCL "
+            f"{version} ({source}) to put "
+            f"more than one rank of a communicator on a GPU; unset it, or {ways_out}"
+        )
+    nvls = env.get(NVLS, "").strip()
+    if nvls and nvls != "0":
+        return (
+            f"{NVLS}={config.shown(nvls)} forces NVLS, which NCCL 2.31.2 aborts on a shared GPU; "
+            f"unset it, or {ways_out}"
+        )
+    if value or config.read_bool(env, SHARE_DEVICES):
+        return ""
+    return (
+        f"NCCL {version} ({source}) lets ranks share a GPU only with {MULTI_RANK_GPU}=1 "
+        f"(experimental), which {SHARE_DEVICES}=1 asks for; set it, or {ways_out}"
+    )
+
+
+def _torch_uuid(index: int) -> str:
+    """The GPU's UUID as torch reads it (torch 2.0+), where NVML did not answer."""
+    import torch
+
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:  # an older torch, or a build whose properties lack it
+        return ""
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def _bound(request: OptionsRequest) -> tuple[str, str] | None:
+    """The bound GPU's identity: from NVML's facts without torch where NVML answers, else
+    from torch."""
+    index = _index(request.device)
+    probe = Probe(request.env, config.read_probe_root(request.env))
+    found = bound_gpu(index, request.env, query(probe).gpus)
+    if found is not None:
+        return found
+    uuid = _torch_uuid(index)
+    return (uuid, f"cuda:{index}") if uuid else None
+
+
 @gloo_or
 def _backend_options(request: OptionsRequest) -> BackendOptions:
     import torch
@@ -704,6 +816,7 @@ def _backend_options(request: OptionsRequest) -> BackendOptions:
         torch.cuda.device_count(),
         nccl_version=version,
         rocm=bool(torch.version.hip),
+        bound=_bound(request),
     )
 
 

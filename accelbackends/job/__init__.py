@@ -14,6 +14,8 @@
   they are started beside the group ``init()`` made.
 - `attach`: a context for a process group that a framework made.
 - `spawn`: N local processes, each running ``fn(ctx, ...)``.
+- `relay`: each rank's stderr copied to the parent's as it comes, its last lines kept for the
+  message that names a rank that died.
 - `processes`: ending those processes and what they leave behind, ``/proc``, temp files.
 - `failure`: when a rank's failure happened, so that the rank whose own error came first is
   the one named.

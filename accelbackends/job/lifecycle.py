@@ -558,6 +558,7 @@ def _step_rendezvous(run: _Run, selection: Selection, options: BackendOptions) -
             "backend": selection.backend,
             "process_group_backend": options.process_group_backend,
             "reason": f"{selection.reason}; {selection.backend}: {selection.backend_reason}",
+            **_device_claim(options),
         },
     )
     if cluster.rank != 0 and rendezvous.generation:
@@ -692,6 +693,20 @@ _STORE_HOLDERS = frozenset(
         _step_export,
     )
 )
+
+
+def _device_claim(options: BackendOptions) -> dict[str, str]:
+    """What this rank tells rank 0 of its device, where the plugin knows its identity: rank 0
+    refuses two ranks on one host holding one device over a backend that forbids it (each
+    rank was given its own visible-devices value, so neither could see the other)."""
+    if not options.device_identity:
+        return {}
+    return {
+        "host": socket.gethostname(),
+        "device": options.device_identity,
+        "device_shown": options.device_shown or options.device_identity,
+        "exclusive_device": options.exclusive_device,
+    }
 
 
 def _current_context() -> Context | None:

@@ -53,6 +53,7 @@ from .affinity import resolve_mode
 from .environ import job_variables
 from .failure import is_consequence, raised_at
 from .processes import TEMP_PREFIX, Adopter, end_state, is_stopped, remove_stale_temp, stop
+from .relay import StderrRelay
 from .select import select
 
 __all__ = ["spawn"]
@@ -166,9 +167,43 @@ def _child(
     init_options: dict[str, Any],
     conn: Connection,
     parent: int,
+    stderr: Connection | None = None,
 ) -> None:
     from .lifecycle import destroy, init
 
+    _become_rank(cluster, parent, stderr)
+    try:
+        ctx = init(cluster=cluster, **init_options)
+        result = fn(ctx, *args)
+    except BaseException as exc:
+        # Report before tearing down: the teardown makes the other ranks fail too, and the
+        # parent names the rank whose failure came first.
+        _send_and_close(conn, _raised(cluster.rank, exc))
+        destroy()
+        _leave(1)
+    destroy()
+    try:
+        payload = _dumps(result)
+    except Exception as exc:  # an unpicklable result
+        _send_and_close(conn, _unsendable(cluster.rank, result, exc))
+        _leave(1)
+    try:
+        conn.send(("ok", cluster.rank, None))
+        conn.send_bytes(payload)
+    finally:
+        conn.close()
+    if stuck():
+        _leave(0)
+
+
+def _become_rank(cluster: ClusterInfo, parent: int, stderr: Connection | None) -> None:
+    """Make this process a rank of its own: its stderr into the parent's relay, its own process
+    group, the parent's signals, and the job's variables."""
+    if stderr is not None:
+        # fd 2 itself, so that what C libraries write (an abort's message) is relayed too.
+        sys.stderr.flush()
+        os.dup2(stderr.fileno(), 2)
+        stderr.close()
     # Lead a process group of our own: whatever this rank starts and leaves behind can be
     # ended with it.
     with contextlib.suppress(OSError):
@@ -184,51 +219,38 @@ def _child(
     loopback = _loopback()
     if loopback and GLOO_INTERFACE not in os.environ:
         os.environ[GLOO_INTERFACE] = loopback
-    try:
-        ctx = init(cluster=cluster, **init_options)
-        result = fn(ctx, *args)
-    except BaseException as exc:
-        # Report before tearing down: the teardown makes the other ranks fail too, and the
-        # parent names the rank whose failure came first.
-        conn.send(
-            (
-                "error",
-                cluster.rank,
-                type(exc).__name__,
-                str(exc),
-                traceback.format_exc(),
-                raised_at(exc),
-                _class_reference(type(exc)),
-            )
-        )
-        conn.close()
-        destroy()
-        _leave(1)
-    destroy()
-    try:
-        payload = _dumps(result)
-    except Exception as exc:  # an unpicklable result
-        conn.send(
-            (
-                "error",
-                cluster.rank,
-                "",
-                f"returned a {_type_name(result)} that cannot be sent back to the parent "
-                f"({describe(exc)}); return plain data, tensors or arrays",
-                "",
-                time.monotonic(),
-                None,
-            )
-        )
-        conn.close()
-        _leave(1)
-    try:
-        conn.send(("ok", cluster.rank, None))
-        conn.send_bytes(payload)
-    finally:
-        conn.close()
-    if stuck():
-        _leave(0)
+
+
+def _raised(rank: int, exc: BaseException) -> tuple[Any, ...]:
+    """The report of a rank whose function (or init) raised ``exc``."""
+    return (
+        "error",
+        rank,
+        type(exc).__name__,
+        str(exc),
+        traceback.format_exc(),
+        raised_at(exc),
+        _class_reference(type(exc)),
+    )
+
+
+def _unsendable(rank: int, result: Any, exc: Exception) -> tuple[Any, ...]:
+    """The report of a rank whose return value cannot be pickled."""
+    return (
+        "error",
+        rank,
+        "",
+        f"returned a {_type_name(result)} that cannot be sent back to the parent "
+        f"({describe(exc)}); return plain data, tensors or arrays",
+        "",
+        time.monotonic(),
+        None,
+    )
+
+
+def _send_and_close(conn: Connection, message: tuple[Any, ...]) -> None:
+    conn.send(message)
+    conn.close()
 
 
 def _leave(code: int) -> NoReturn:
@@ -413,6 +435,38 @@ def spawn(
             class (`except ValueError` catches a rank's `ValueError`), unless the class cannot
             be found in this process or combined with `SpawnError`.
     """
+    _check_arguments(fn, nprocs, args, init_options)
+    context = multiprocessing.get_context(_prepare(fn, start_method, init_options))
+    remove_stale_temp()
+    # mode 0700: this user only, so no other user can open the store file; the process id in
+    # the name lets a later run remove it if this process is killed before its own cleanup runs.
+    workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
+    adopter = Adopter()
+    run_id = f"spawn-{os.getpid()}-{next(_runs)}"
+    processes: dict[int, multiprocessing.process.BaseProcess] = {}
+    connections: dict[Connection, int] = {}
+    relay = StderrRelay()
+    try:
+        for rank in range(nprocs):
+            cluster = _cluster(rank, nprocs, os.path.join(workdir, "store"), run_id)
+            connection, processes[rank] = _start_rank(
+                context, relay, cluster, fn, tuple(args), init_options
+            )
+            connections[connection] = rank
+        relay.start()
+        return _Collector(processes, connections, relay).collect()
+    finally:
+        stop(processes.values())
+        adopter.end({p.pid for p in processes.values() if p.pid is not None})
+        relay.close()
+        for conn in connections:
+            conn.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _check_arguments(
+    fn: Callable[..., Any], nprocs: int, args: Sequence[Any], init_options: dict[str, Any]
+) -> None:
     if not callable(fn):
         raise ConfigError(f"fn={fn!r} is not callable; pass the function each rank runs")
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
@@ -421,15 +475,15 @@ def spawn(
         raise ConfigError(f"args={args!r} is not valid; pass a tuple of arguments for fn")
     if "cluster" in init_options:
         raise ConfigError("spawn() describes the cluster itself; do not pass cluster=")
+
+
+def _prepare(fn: Callable[..., Any], start_method: str | None, init_options: dict[str, Any]) -> str:
+    """Select, check the options and choose how to start the ranks; returns the start method."""
     # Select here, once: a bad accelerator, backend or CPU affinity fails now, in this process,
     # instead of in every rank; and forked ranks inherit the loaded plugins and the detection
     # results. Before choosing how to start the ranks: a probe that hangs here rules out forking.
-    select(
-        init_options.get("accelerator"),
-        init_options.get("backend"),
-        registry=init_options.get("registry"),
-    )
     registry = init_options.get("registry")
+    select(init_options.get("accelerator"), init_options.get("backend"), registry=registry)
     resolve_mode(init_options.get("cpu_affinity"), registry.env if registry else os.environ)
     method = _start_method(start_method, fn)
     if "registry" in init_options and method != "fork":
@@ -437,7 +491,6 @@ def spawn(
             f"registry= reaches the ranks only with start_method='fork', not {method!r}; "
             f"a registry holds loaded plugin modules and cannot be pickled{_stuck_note()}"
         )
-    context: Any = multiprocessing.get_context(method)
     if method == "fork":
         # Import torch once here rather than once per rank: forked ranks inherit it (16 ranks on
         # 2 cores start in about 1 s instead of 13 s). Importing torch initialises no device
@@ -448,178 +501,188 @@ def spawn(
 
         # Asked once here rather than in every rank (1-2 ms each on 2 cores).
         _loopback()
-    remove_stale_temp()
-    # mode 0700: this user only, so no other user can open the store file; the process id in
-    # the name lets a later run remove it if this process is killed before its own cleanup runs.
-    workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
-    store_file = os.path.join(workdir, "store")
-    adopter = Adopter()
-    run_id = f"spawn-{os.getpid()}-{next(_runs)}"
-    processes: dict[int, multiprocessing.process.BaseProcess] = {}
-    connections: dict[Connection, int] = {}
+    return method
+
+
+def _cluster(rank: int, nprocs: int, store_file: str, run_id: str) -> ClusterInfo:
+    return ClusterInfo(
+        launcher="spawn",
+        rank=rank,
+        world_size=nprocs,
+        local_rank=rank,
+        local_world_size=nprocs,
+        node_rank=0,
+        store_socket=store_file,
+        run_id=run_id,
+        sources=dict.fromkeys(("rank", "world_size", "local_rank", "local_world_size"), "spawn()"),
+    )
+
+
+def _start_rank(
+    context: Any,
+    relay: StderrRelay,
+    cluster: ClusterInfo,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    init_options: dict[str, Any],
+) -> tuple[Connection, multiprocessing.process.BaseProcess]:
+    """Start one rank; returns the end its report arrives on, and its process. Its stderr goes
+    through a pipe of its own into ``relay``."""
+    receive, send = context.Pipe(duplex=False)
+    err_read, err_write = context.Pipe(duplex=False)
     try:
-        for rank in range(nprocs):
-            cluster = ClusterInfo(
-                launcher="spawn",
-                rank=rank,
-                world_size=nprocs,
-                local_rank=rank,
-                local_world_size=nprocs,
-                node_rank=0,
-                store_socket=store_file,
-                run_id=run_id,
-                sources=dict.fromkeys(
-                    ("rank", "world_size", "local_rank", "local_world_size"), "spawn()"
-                ),
-            )
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_child,
-                args=(
-                    fn,
-                    tuple(args),
-                    cluster,
-                    init_options,
-                    send,
-                    os.getpid(),
-                ),
-                name=f"accelbackends-rank-{rank}",
-            )
-            process.start()
-            send.close()
-            processes[rank] = process
-            connections[receive] = rank
-        return _collect(processes, connections)
+        process = context.Process(
+            target=_child,
+            args=(fn, args, cluster, init_options, send, os.getpid(), err_write),
+            name=f"accelbackends-rank-{cluster.rank}",
+        )
+        process.start()
+    except BaseException:
+        for end in (receive, err_read):
+            end.close()
+        raise
     finally:
-        stop(processes.values())
-        adopter.end({p.pid for p in processes.values() if p.pid is not None})
-        for conn in connections:
-            conn.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        send.close()
+        err_write.close()
+    relay.add(cluster.rank, os.dup(err_read.fileno()))
+    err_read.close()
+    return receive, process
 
 
-def _collect(
-    processes: dict[int, multiprocessing.process.BaseProcess],
-    connections: dict[Connection, int],
-) -> list[Any]:
-    """Read every rank's report; on the first failure, stop waiting for the healthy ranks."""
-    results: dict[int, Any] = {}
-    failures: list[tuple[float, SpawnError]] = []
-    pending = dict(connections)
-    sentinels = {p.sentinel: rank for rank, p in processes.items()}
-    #: When each rank that reported its result must have exited by (see EXIT_GRACE).
-    exit_by: dict[int, float] = {}
-    settle_until: float | None = None
-    dying_until = math.inf
-    total = len(processes)
+class _Collector:
+    """Reads every rank's report; on the first failure, stops waiting for the healthy ranks."""
 
-    def died(rank: int, how: str = "") -> None:
-        """Record that ``rank`` ended without reporting (reaped here, where it has ended)."""
-        process = processes[rank]
+    def __init__(
+        self,
+        processes: dict[int, multiprocessing.process.BaseProcess],
+        connections: dict[Connection, int],
+        relay: StderrRelay,
+    ) -> None:
+        self.processes = processes
+        self.relay = relay
+        self.results: dict[int, Any] = {}
+        self.failures: list[tuple[float, SpawnError]] = []
+        self.pending = dict(connections)
+        self.sentinels = {p.sentinel: rank for rank, p in processes.items()}
+        #: When each rank that reported its result must have exited by (see EXIT_GRACE).
+        self.exit_by: dict[int, float] = {}
+        self.settle_until: float | None = None
+        self.dying_until = math.inf
+        self.total = len(processes)
+
+    def collect(self) -> list[Any]:
+        while self.pending or self.sentinels:
+            ready_list = wait([*self.pending, *self.sentinels], self._timeout())
+            if not ready_list:
+                if self._quiet():
+                    break  # the settling window after the first failure is over
+                continue
+            for ready in ready_list:
+                if isinstance(ready, Connection) and ready in self.pending:
+                    self._read(ready)
+                elif isinstance(ready, int) and ready in self.sentinels:
+                    self._ended(ready)
+            if self.failures and self.settle_until is None:
+                # Other ranks fail in turn once the first one is gone; give their reports a
+                # moment to arrive so the earliest failure, the cause, is the one named.
+                self.settle_until = time.monotonic() + SETTLE
+                self.dying_until = time.monotonic() + DYING_WAIT
+        if self.failures:
+            raise _cause(self.failures, self.processes, self.total)
+        return [self.results[rank] for rank in sorted(self.results)]
+
+    def _timeout(self) -> float | None:
+        deadlines = [d for r, d in self.exit_by.items() if r in self.sentinels.values()]
+        if self.settle_until is not None:
+            deadlines.append(self.settle_until)
+        return None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
+
+    def _quiet(self) -> bool:
+        """Nothing arrived before the next deadline: whether to stop collecting."""
+        if self.settle_until is not None and time.monotonic() >= self.settle_until:
+            if _await_ends(self):
+                self.settle_until = time.monotonic() + _DYING_POLL
+                return False
+            return True
+        # A rank returned but does not exit (a thread it left running, a helper holding its
+        # exit pipe): stop waiting for it; stop() ends it and what it left behind.
+        now = time.monotonic()
+        for sentinel, rank in list(self.sentinels.items()):
+            if self.exit_by.get(rank, math.inf) <= now:
+                del self.sentinels[sentinel]
+        return False
+
+    def _read(self, ready: Connection) -> None:
+        rank = self.pending.pop(ready)
+        try:
+            message = ready.recv()
+            payload = ready.recv_bytes() if message[0] == "ok" else b""
+        except EOFError:
+            return
+        if message[0] != "ok":
+            self.failures.append(_reported_failure(message, self.total))
+            return
+        self.exit_by[rank] = time.monotonic() + EXIT_GRACE
+        try:
+            self.results[rank] = pickle.loads(payload)
+        except Exception as exc:
+            error = SpawnError(
+                f"rank {rank} of {self.total}: its return value cannot be unpickled in the "
+                f"parent ({describe(exc)})",
+                rank=rank,
+            )
+            self.failures.append((time.monotonic(), error))
+
+    def _ended(self, sentinel: int) -> None:
+        rank = self.sentinels[sentinel]
+        conn = self.connection(rank)
+        if conn is not None and conn.poll():
+            return  # its report is waiting: read it first
+        del self.sentinels[sentinel]
+        if conn is not None:
+            del self.pending[conn]
+        self.died(rank)
+
+    def connection(self, rank: int) -> Connection | None:
+        return next((c for c, r in self.pending.items() if r == rank), None)
+
+    def accounted(self, rank: int) -> bool:
+        """Whether ``rank`` returned or its failure is already recorded."""
+        return rank in self.results or any(e.rank == rank for _, e in self.failures)
+
+    def died(self, rank: int, how: str = "") -> None:
+        """Record that ``rank`` ended without reporting (reaped here, where it has ended), with
+        its last stderr lines."""
+        process = self.processes[rank]
         if not how:
             process.join()
-        if rank in results or any(e.rank == rank for _, e in failures):
+        if self.accounted(rank):
             return
         how = how or _exit_description(process.exitcode)
-        failures.append(
-            (
-                # A death is noticed a moment after it happened, and its peers' errors
-                # ("connection reset") follow it within that moment: date it back so that
-                # the death, the cause, is the one named.
-                time.monotonic() - DEATH_LEAD,
-                SpawnError(
-                    f"rank {rank} of {total} {how} without reporting a result",
-                    rank=rank,
-                    death=how,
-                    exitcode=process.exitcode,
-                ),
-            )
+        last = self.relay.last_lines(rank)
+        said = f"; its last stderr lines: {' | '.join(last)}" if last else ""
+        error = SpawnError(
+            f"rank {rank} of {self.total} {how} without reporting a result{said}",
+            rank=rank,
+            death=how,
+            exitcode=process.exitcode,
+            last_stderr=last,
         )
-
-    while pending or sentinels:
-        deadlines = [d for r, d in exit_by.items() if r in sentinels.values()]
-        if settle_until is not None:
-            deadlines.append(settle_until)
-        timeout = None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
-        ready_list = wait([*pending, *sentinels], timeout)
-        if not ready_list:
-            if settle_until is not None and time.monotonic() >= settle_until:
-                if _await_ends(processes, sentinels, pending, failures, died, dying_until):
-                    settle_until = time.monotonic() + _DYING_POLL
-                    continue
-                break  # the settling window after the first failure is over
-            # A rank returned but does not exit (a thread it left running, a helper holding
-            # its exit pipe): stop waiting for it; _stop ends it and what it left behind.
-            now = time.monotonic()
-            for sentinel, rank in list(sentinels.items()):
-                if exit_by.get(rank, math.inf) <= now:
-                    del sentinels[sentinel]
-            continue
-        for ready in ready_list:
-            if isinstance(ready, Connection) and ready in pending:
-                rank = pending.pop(ready)
-                try:
-                    message = ready.recv()
-                    payload = ready.recv_bytes() if message[0] == "ok" else b""
-                except EOFError:
-                    continue
-                if message[0] == "ok":
-                    exit_by[rank] = time.monotonic() + EXIT_GRACE
-                    try:
-                        results[rank] = pickle.loads(payload)
-                    except Exception as exc:
-                        failures.append(
-                            (
-                                time.monotonic(),
-                                SpawnError(
-                                    f"rank {rank} of {total}: its return value cannot be "
-                                    f"unpickled in the parent ({describe(exc)})",
-                                    rank=rank,
-                                ),
-                            )
-                        )
-                else:
-                    _, rank, kind, text, trace, stamp, reference = message
-                    failures.append(
-                        (
-                            stamp,
-                            _rank_error(
-                                f"rank {rank} of {total} "
-                                + (f"raised {kind}: {text}" if kind else text)
-                                + (f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""),
-                                rank,
-                                trace,
-                                reference,
-                            ),
-                        )
-                    )
-            elif isinstance(ready, int) and ready in sentinels:
-                rank = sentinels[ready]
-                conn = next((c for c, r in pending.items() if r == rank), None)
-                if conn is not None and conn.poll():
-                    continue  # its report is waiting: read it first
-                del sentinels[ready]
-                if conn is not None:
-                    del pending[conn]
-                died(rank)
-        if failures and settle_until is None:
-            # Other ranks fail in turn once the first one is gone; give their reports a moment
-            # to arrive so the earliest failure, the cause, is the one named.
-            settle_until = time.monotonic() + SETTLE
-            dying_until = time.monotonic() + DYING_WAIT
-    if failures:
-        raise _cause(failures, processes, total)
-    return [results[rank] for rank in sorted(results)]
+        # A death is noticed a moment after it happened, and its peers' errors ("connection
+        # reset") follow it within that moment: date it back so that the death, the cause, is
+        # the one named.
+        self.failures.append((time.monotonic() - DEATH_LEAD, error))
 
 
-def _await_ends(
-    processes: dict[int, multiprocessing.process.BaseProcess],
-    sentinels: dict[int, int],
-    pending: dict[Connection, int],
-    failures: list[tuple[float, SpawnError]],
-    died: Callable[..., None],
-    dying_until: float,
-) -> bool:
+def _reported_failure(message: tuple[Any, ...], total: int) -> tuple[float, SpawnError]:
+    """A rank's own report of its failure, dated when it was raised."""
+    _, rank, kind, text, trace, stamp, reference = message
+    said = f"raised {kind}: {text}" if kind else text
+    where = f"\n\nTraceback of rank {rank}:\n{trace}" if trace else ""
+    return stamp, _rank_error(f"rank {rank} of {total} {said}{where}", rank, trace, reference)
+
+
+def _await_ends(collector: _Collector) -> bool:
     """At the end of the settling window: whether to go on waiting, because every failure so
     far only says that a peer went away and a rank that has not reported is on its way out.
 
@@ -630,25 +693,26 @@ def _await_ends(
     waited for up to `DYING_WAIT` after the first failure, then named as such; one still
     running, for up to `PEER_GRACE` (its report, or its end, may be on the way).
     """
-    if not all(is_consequence(_first_line(e)) for _, e in failures):
+    if not all(is_consequence(_first_line(e)) for _, e in collector.failures):
         return False
     waiting = False
-    for sentinel, rank in list(sentinels.items()):
-        if any(e.rank == rank for _, e in failures):
+    dying_until = collector.dying_until
+    for sentinel, rank in list(collector.sentinels.items()):
+        if any(e.rank == rank for _, e in collector.failures):
             continue  # it reported; its own exit says nothing more
-        state = end_state(processes[rank].pid)
-        conn = next((c for c, r in pending.items() if r == rank), None)
+        state = end_state(collector.processes[rank].pid)
+        conn = collector.connection(rank)
         if state == "ended" and (conn is None or not conn.poll()):
-            del sentinels[sentinel]
+            del collector.sentinels[sentinel]
             if conn is not None:
-                del pending[conn]
-            died(rank)
+                del collector.pending[conn]
+            collector.died(rank)
             waiting = True  # the loop ends at its next look, with the death in hand
         elif state == "ending" or state == "ended":  # ending, or its report is still to read
             if time.monotonic() < dying_until:
                 waiting = True
             else:
-                died(rank, f"was still exiting {DYING_WAIT:g} s after the first failure")
+                collector.died(rank, f"was still exiting {DYING_WAIT:g} s after the first failure")
         elif time.monotonic() < dying_until - DYING_WAIT + PEER_GRACE:
             waiting = True  # still running: its own report or its end may be on the way
     return waiting

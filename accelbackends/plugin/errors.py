@@ -108,7 +108,8 @@ class SpawnError(AccelBackendsError):
     the process died without reporting, e.g. killed by a signal). Where the rank died without
     reporting, ``death`` says how (``"was killed by SIGSEGV"``, ``"exited with code 3"``) and
     ``exitcode`` is its exit status as `multiprocessing` gives it (a signal as its negative
-    number); ``consequences`` holds ``(rank, message)`` for each other rank whose error only
+    number), and ``last_stderr`` its last lines on stderr (as its death message quotes them);
+    ``consequences`` holds ``(rank, message)`` for each other rank whose error only
     says that a peer went away.
     """
 
@@ -120,12 +121,14 @@ class SpawnError(AccelBackendsError):
         traceback: str = "",
         death: str = "",
         exitcode: int | None = None,
+        last_stderr: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
         self.death = death
         self.exitcode = exitcode
+        self.last_stderr = last_stderr
         self.consequences: tuple[tuple[int, str], ...] = ()
 
 

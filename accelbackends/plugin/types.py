@@ -282,6 +282,15 @@ class BackendOptions:
         pg_options: The backend's options object (`pg_options=`), or None.
         env_defaults: Variables set in the process environment before the call, where the user
             has not set them.
+        device_identity: The bound device's identity on its host, the same whatever name the
+            rank gave it (a GPU's UUID), or `""` where it is not known. Each rank reports it at
+            the rendezvous.
+        device_shown: How this rank named that device, for messages
+            (`"cuda:0 (CUDA_VISIBLE_DEVICES='0')"`).
+        exclusive_device: Why two ranks of the job must not hold one device over this
+            backend, with the ways out (NCCL's rule and version), or `""` where they may. Rank 0
+            refuses, before `init_process_group`, a job where two ranks on one host report the
+            same `device_identity` and one of them says this.
     """
 
     process_group_backend: str
@@ -289,6 +298,9 @@ class BackendOptions:
     device_id: Any = None
     pg_options: Any = None
     env_defaults: Mapping[str, str] = field(default_factory=dict)
+    device_identity: str = ""
+    device_shown: str = ""
+    exclusive_device: str = ""
 
     def __init__(
         self,

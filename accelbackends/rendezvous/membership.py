@@ -611,6 +611,7 @@ def _check_members(
             )
     if choice is not None:
         _check_choices(choices, where)
+        _check_devices(choices, where)
 
 
 def _chose(choice: dict[str, str] | None) -> tuple[str, ...]:
@@ -643,6 +644,31 @@ def _check_choices(choices: list[dict[str, str] | None], where: str) -> None:
         f"rank choose the same (repair the node that chose differently, or set "
         f"{config.ACCELERATOR} and {config.BACKEND} alike on every rank)"
     )
+
+
+def _check_devices(choices: list[dict[str, str] | None], where: str) -> None:
+    """Refuse two ranks on one host that hold one device (``device``, the same whatever name
+    each rank gave it) where a rank says its backend forbids that (``exclusive_device``):
+    without this, each rank would fail only at its first collective."""
+    said = [chosen or {} for chosen in choices]
+    holders: dict[tuple[str, str], list[int]] = {}
+    for rank, chosen in enumerate(said):
+        if chosen.get("device") and chosen.get("host"):
+            holders.setdefault((chosen["host"], chosen["device"]), []).append(rank)
+    for (host, device), ranks in holders.items():
+        rule = next(
+            (said[r]["exclusive_device"] for r in ranks if said[r].get("exclusive_device")), ""
+        )
+        if len(ranks) < 2 or not rule:
+            continue
+        listed = ranks[:_MISSING_SHOWN]
+        more = f" and {len(ranks) - _MISSING_SHOWN} more" if len(ranks) > _MISSING_SHOWN else ""
+        names = f"{', '.join(map(str, listed[:-1]))} and {listed[-1]}{more}"
+        shown = "; ".join(f"rank {r}: {said[r].get('device_shown', device)}" for r in listed)
+        raise RendezvousError(
+            f"rank 0: ranks {names} of the rendezvous at {where} hold the same device on host "
+            f"{host}, {device} ({shown}), but {rule}"
+        )
 
 
 def _read_verdict(text: str, admission: Admission) -> tuple[bool, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -582,3 +583,143 @@ def test_a_process_group_string_for_another_device_names_the_backend_to_give(
         "ACCELBACKENDS_BACKEND=cpu:gloo,xpu:xccl names device xpu but the selected accelerator "
         "is 'cuda' (device cuda); give 'nccl'"
     )
+
+
+@pytest.mark.parametrize(
+    ("visible", "index", "expected"),
+    [
+        (None, 1, (UUID_B, "cuda:1")),
+        ("1", 0, (UUID_B, "cuda:0 (CUDA_VISIBLE_DEVICES='1')")),
+        (UUID_B[:12], 0, (UUID_B, f"cuda:0 (CUDA_VISIBLE_DEVICES={UUID_B[:12]!r})")),
+        (MIG_A, 0, (MIG_A, f"cuda:0 (CUDA_VISIBLE_DEVICES={MIG_A!r})")),
+        ("7", 0, None),  # names no GPU here: init() refuses it
+    ],
+)
+def test_the_bound_gpu_is_one_identity_whatever_name_the_rank_gave_it(
+    visible: str | None, index: int, expected: tuple[str, str] | None
+) -> None:
+    gpus = (cuda.Gpu("H100", UUID_A, (MIG_A,)), cuda.Gpu("H100", UUID_B))
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert cuda.bound_gpu(index, env, gpus) == expected
+    assert cuda.bound_gpu(index, env, None) is None  # NCCL's facts unknown: torch is asked
+
+
+def test_ncclss_rule_on_one_gpu_for_two_ranks_follows_its_version_and_the_opt_in() -> None:
+    below = cuda.exclusive_gpu_rule(version="2.28.9", source="torch", env=SHARE)
+    assert below.startswith("NCCL 2.28.9 (torch) allows one rank of a communicator per GPU")
+    assert below.endswith(
+        "use ACCELBACKENDS_BACKEND=gloo, start fewer ranks on this node, or make more GPUs visible"
+    )
+    assert cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env=SHARE) == ""
+    unasked = cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env={})
+    assert "only with NCCL_MULTI_RANK_GPU_ENABLE=1" in unasked and "ACCELBACKENDS_SHARE" in unasked
+    assert "RCCL" in cuda.exclusive_gpu_rule(version=None, source="torch", env=SHARE, rocm=True)
+    # The user's own NCCL variables decide where set.
+    users = {cuda.MULTI_RANK_GPU: "1"}
+    assert cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env=users) == ""
+    forbidden = {**SHARE, cuda.MULTI_RANK_GPU: "0"}
+    assert "NCCL_MULTI_RANK_GPU_ENABLE=0 forbids NCCL 2.30.7" in cuda.exclusive_gpu_rule(
+        version="2.30.7", source="torch", env=forbidden
+    )
+    nvls = {**SHARE, cuda.NVLS: "1"}
+    assert "forces NVLS" in cuda.exclusive_gpu_rule(version="2.30.7", source="torch", env=nvls)
+
+
+def test_a_gpu_the_launcher_may_have_given_another_rank_gets_multi_rank_gpu_where_allowed() -> None:
+    # One GPU visible per rank (not shared by accelbackends' own plan), NCCL 2.30, opted in:
+    # rank 0 admits two ranks on it, and NCCL needs the variable for that.
+    request = _shared_options({"CUDA_VISIBLE_DEVICES": "0"})
+    bound = (UUID_A, "cuda:0")
+    options = cuda.nccl_options(request, "2.15.0", 1, nccl_version="2.30.7", bound=bound)
+    assert options.env_defaults.get(cuda.MULTI_RANK_GPU) == "1"
+    assert (options.device_identity, options.exclusive_device) == (UUID_A, "")
+    below = cuda.nccl_options(request, "2.11.0", 1, nccl_version="2.28.9", bound=bound)
+    assert cuda.MULTI_RANK_GPU not in below.env_defaults
+    assert below.exclusive_device.startswith("NCCL 2.28.9 (torch.cuda.nccl.version()) allows one")
+
+
+#: A rank of a job on one node whose launcher gives each rank its own CUDA_VISIBLE_DEVICES
+#: (argv[1], comma-separated by rank), with torch's NCCL at version argv[2]. This machine has no
+#: GPU: the cuda plugin's own options are made (the bound GPU found in the fake NVML's list,
+#: NCCL's rule), then the process group is made over Gloo on the CPU.
+_ONE_GPU_EACH = """
+import dataclasses, json, os, sys
+import torch, torch.distributed as dist
+import accelbackends
+from accelbackends.accelerators import cuda
+from accelbackends.accelerators._nvml import query
+from accelbackends.plugin import Detection, Probe, config
+from accelbackends.testing import InlinePlugin
+
+os.environ["CUDA_VISIBLE_DEVICES"] = sys.argv[1].split(",")[int(os.environ["RANK"])]
+
+
+def options(request):
+    gpus = query(Probe(request.env, config.read_probe_root(request.env))).gpus
+    made = cuda.nccl_options(
+        request, torch.__version__, 1, nccl_version=sys.argv[2],
+        bound=cuda.bound_gpu(0, request.env, gpus),
+    )
+    return dataclasses.replace(made, backend="gloo")
+
+
+spec = dataclasses.replace(
+    cuda.SPEC, name="onegpu", priority=1000, confirm=None, backend_options=options,
+    detect=lambda probe: Detection(True, 1, "the launcher's one GPU"),
+    bind=lambda request: torch.device("cpu"),
+)
+registry = accelbackends.Registry(plugins=[("onegpu", InlinePlugin(spec))])
+try:
+    with accelbackends.distributed(registry=registry, timeout=30, rendezvous_timeout=30) as ctx:
+        dist.all_reduce(torch.ones(1))
+        print(json.dumps({"ok": ctx.backend}))
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def _one_gpu_each(tmp_path: Path, visible: str, version: str, env: dict[str, str]) -> list[Any]:
+    import json
+    import os
+
+    from accelbackends.testing import launch_ranks
+
+    program = tmp_path / "one_gpu_each.py"
+    program.write_text(_ONE_GPU_EACH, encoding="utf-8")
+    gpus = [FakeGpu(UUID_A, pci="00000000:18:00.0"), FakeGpu(UUID_B, pci="00000000:3B:00.0")]
+    # GROUP_WORLD_SIZE as torchrun sets it: one node.
+    base = {**os.environ, **nvml.environment(gpus), "GROUP_WORLD_SIZE": "1", **env}
+    results = launch_ranks([sys.executable, str(program), visible, version], 2, env=base)
+    for result in results:
+        assert result.returncode == 0, result.stderr
+    return [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+
+
+@pytest.mark.parametrize("visible", ["0,0", f"0,{UUID_A}"], ids=["same-index", "index-and-uuid"])
+def test_two_ranks_given_one_gpu_by_their_launcher_are_refused_before_the_group_below_nccl_2_30(
+    tmp_path: Path, visible: str
+) -> None:
+    reports = _one_gpu_each(tmp_path, visible, "2.28.9", {})
+    second = visible.split(",")[1]
+    for report in reports:  # rank 0 refuses; rank 1 reads rank 0's verdict
+        assert report["error"] == "RendezvousError", report
+        assert report["message"].startswith("rank 0: ranks 0 and 1 of the rendezvous at "), report
+        assert (
+            f" hold the same device on host {socket.gethostname()}, {UUID_A} "
+            f"(rank 0: cuda:0 (CUDA_VISIBLE_DEVICES='0'); rank 1: cuda:0 "
+            f"(CUDA_VISIBLE_DEVICES={second!r})), but NCCL 2.28.9 (torch.cuda.nccl.version()) "
+            "allows one rank of a communicator per GPU"
+        ) in report["message"], report
+        assert report["message"].endswith(
+            "use ACCELBACKENDS_BACKEND=gloo, start fewer ranks on this node, or make more GPUs "
+            "visible"
+        ), report
+
+
+def test_two_ranks_on_two_gpus_or_sharing_one_from_nccl_2_30_when_asked_meet(
+    tmp_path: Path,
+) -> None:
+    # Each its own GPU: nothing to refuse, whatever NCCL's version.
+    assert _one_gpu_each(tmp_path, f"0,{UUID_B}", "2.28.9", {}) == [{"ok": "nccl"}] * 2
+    # One GPU, NCCL 2.30 and the opt-in: allowed, as NCCL then allows it.
+    assert _one_gpu_each(tmp_path, "0,0", "2.30.7", SHARE) == [{"ok": "nccl"}] * 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -236,3 +237,119 @@ def test_the_spawn_function_survives_an_import_of_its_module() -> None:
 
 def _rank_only(ctx: accelbackends.Context) -> int:
     return ctx.rank
+
+
+_LAST_WORDS = textwrap.dedent("""
+    import json, os, signal, sys
+    import torch.distributed as dist, accelbackends
+    def says_then_dies(ctx, how):
+        if ctx.rank == 1:
+            print("first words of rank 1", file=sys.stderr)
+            print("rank 1: out of cheese at step 7", file=sys.stderr, flush=True)
+            if how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.barrier()  # rank 0 waits for rank 1, and loses it
+    try:
+        accelbackends.spawn(says_then_dies, 2, args=(sys.argv[1],))
+    except accelbackends.SpawnError as error:
+        print(json.dumps([error.rank, error.death, error.last_stderr, str(error)]))
+""")
+
+
+@pytest.mark.parametrize(
+    ("how", "death"), [("exit", "exited with code 3"), ("signal", "was killed by SIGKILL")]
+)
+def test_a_dead_ranks_last_stderr_lines_are_in_its_death_message_and_shown_once(
+    how: str, death: str
+) -> None:
+    # A program of its own, so that the ranks' stderr is a plain one (pytest's capture
+    # replaces sys.stderr in this process, and forked ranks would inherit that).
+    result = subprocess.run(
+        [sys.executable, "-", how],
+        input=_LAST_WORDS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rank, said_death, last, message = json.loads(result.stdout)
+    assert (rank, said_death) == (1, death)
+    assert last == ["first words of rank 1", "rank 1: out of cheese at step 7"]
+    assert message.splitlines()[0] == (
+        f"rank 1 of 2 {death} without reporting a result; its last stderr lines: "
+        "first words of rank 1 | rank 1: out of cheese at step 7"
+    )
+    # Relayed to the parent's stderr as the rank wrote it, once.
+    lines = result.stderr.splitlines()
+    assert lines.count("rank 1: out of cheese at step 7") == 1, result.stderr
+    assert lines.count("first words of rank 1") == 1, result.stderr
+
+
+def _says_then_exits(ctx: accelbackends.Context) -> None:
+    if ctx.rank == 0:
+        print("rank 0 started fresh and gave up", file=sys.stderr, flush=True)
+        os._exit(5)
+    dist.barrier()
+
+
+def test_a_dead_ranks_last_stderr_lines_reach_the_parent_with_the_spawn_start_method(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SpawnError) as caught:
+        accelbackends.spawn(_says_then_exits, 2, start_method="spawn")
+    assert caught.value.last_stderr == ("rank 0 started fresh and gave up",)
+    assert str(caught.value).splitlines()[0] == (
+        "rank 0 of 2 exited with code 5 without reporting a result; its last stderr lines: "
+        "rank 0 started fresh and gave up"
+    )
+    err = capfd.readouterr().err
+    assert err.splitlines().count("rank 0 started fresh and gave up") == 1, err
+    assert multiprocessing.active_children() == []
+
+
+def _writes_raw_bytes(ctx: accelbackends.Context) -> None:
+    if ctx.rank == 0:
+        # Binary, a terminal escape, and a last line with no newline.
+        os.write(2, b"\x00\xff\x1b[31mred\n" + b"x" * 300 + b"\nno newline at the end")
+        os._exit(4)
+    dist.barrier()
+
+
+def test_a_ranks_binary_and_unterminated_stderr_is_quoted_printable_and_relayed_whole(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SpawnError) as caught:
+        accelbackends.spawn(_writes_raw_bytes, 2)
+    error = caught.value
+    assert (error.rank, error.death) == (0, "exited with code 4")
+    # Control characters shown as "?", the long line cut to its end, and the last one quoted
+    # though no newline ended it.
+    binary, long_line, last = error.last_stderr
+    assert binary == "?\ufffd?[31mred"
+    assert long_line == "..." + "x" * 240
+    assert last == "no newline at the end"
+    err = capfd.readouterr().err
+    # Relayed as written, escape and all.
+    assert "\x1b[31mred\n" + "x" * 300 + "\nno newline at the end" in err
+
+
+def _chatty(ctx: accelbackends.Context) -> int:
+    # More than a pipe holds (64 KiB), from every rank, while the others wait in a collective:
+    # the relay drains the pipes, so no rank blocks on its stderr.
+    for _ in range(2000):
+        sys.stderr.write(f"rank {ctx.rank} says something of no importance at all\n")
+    sys.stderr.flush()
+    dist.barrier()
+    return ctx.rank
+
+
+def test_ranks_writing_more_stderr_than_a_pipe_holds_finish_and_every_line_arrives(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    assert accelbackends.spawn(_chatty, 2) == [0, 1]
+    lines = capfd.readouterr().err.splitlines()
+    for rank in (0, 1):
+        said = f"rank {rank} says something of no importance at all"
+        assert lines.count(said) == 2000

@@ -658,3 +658,34 @@ def test_choices_are_grouped_by_what_each_rank_chose_with_the_first_ranks_reason
         "rank choose the same (repair the node that chose differently, or set "
         "ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike on every rank)"
     )
+
+
+def test_ranks_on_one_host_holding_one_device_are_refused_only_where_their_backend_forbids_it() -> (
+    None
+):
+    rule = "NCCL 2.28.9 (torch) allows one rank of a communicator per GPU; use gloo"
+
+    def on(host: str, device: str, shown: str, exclusive: str = rule) -> dict[str, str]:
+        return {
+            "accelerator": "cuda",
+            "backend": "nccl",
+            "process_group_backend": "cpu:gloo,cuda:nccl",
+            "host": host,
+            "device": device,
+            "device_shown": shown,
+            "exclusive_device": exclusive,
+        }
+
+    a = on("node1", "GPU-a", "cuda:0 (CUDA_VISIBLE_DEVICES='0')")
+    # One GPU each, the same GPU's identity on two hosts, or sharing that NCCL allows: admitted.
+    membership._check_devices([a, on("node1", "GPU-b", "cuda:0"), on("node2", "GPU-a", "x")], "")
+    shared = on("node1", "GPU-a", "cuda:0", exclusive="")
+    membership._check_devices([shared, shared, None], "here")
+    with pytest.raises(RendezvousError) as refused:
+        membership._check_devices(
+            [a, on("node1", "GPU-b", "cuda:1"), on("node1", "GPU-a", "cuda:0 (GPU-a)")], "here"
+        )
+    assert str(refused.value) == (
+        "rank 0: ranks 0 and 2 of the rendezvous at here hold the same device on host node1, "
+        "GPU-a (rank 0: cuda:0 (CUDA_VISIBLE_DEVICES='0'); rank 2: cuda:0 (GPU-a)), but " + rule
+    )

@@ -174,13 +174,16 @@ def _death_first(exc: SpawnError) -> str:
 
 def _dead_rank(exc: SpawnError, ranks: list[dict[str, Any]]) -> Culprit:
     """The culprit for a rank that died: its host and process id where the ranks had said them
-    (all ranks of a standalone run are on this host)."""
+    (all ranks of a standalone run are on this host), and its last stderr lines."""
     import socket
 
     entry = next((r for r in ranks if r.get("rank") == exc.rank), {})
     pid = f" (pid {entry['pid']})" if "pid" in entry else ""
     host = str(entry.get("host") or socket.gethostname())
-    return Culprit("rank", (host,), (exc.rank,), f"{exc.death} without reporting a result{pid}")
+    said = f"; its last stderr lines: {' | '.join(exc.last_stderr)}" if exc.last_stderr else ""
+    return Culprit(
+        "rank", (host,), (exc.rank,), f"{exc.death} without reporting a result{pid}{said}"
+    )
 
 
 def _ended_rank(entry: tuple[int, int, str]) -> Culprit:

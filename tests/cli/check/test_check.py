@@ -90,6 +90,7 @@ def _register_backends():
 
         def broadcast(self, tensors, opts):
             if self.rank() == 1 and self._name == "dies":
+                os.write(2, b"fakecomm: rank 1 gives up in broadcast\\n")
                 os._exit(3)
             if self.rank() == 1 and self._name == "hangs":
                 time.sleep(3600)
@@ -667,9 +668,15 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
         "check", "--json", *QUICK, pythonpath=fake_comm, env={"ACCELBACKENDS_BACKEND": "dies"}
     )
     assert result.returncode == 1
-    (line,) = result.stderr.strip().splitlines()
-    # The death first, with its exit status; the survivor's lost contact as its consequence.
-    death = "rank 1 of 2 exited with code 3 without reporting a result"
+    # What the rank wrote on stderr reaches the user once, as it was written; then the error.
+    said, line = result.stderr.strip().splitlines()
+    assert said == "fakecomm: rank 1 gives up in broadcast"
+    # The death first, with its exit status and its last words; the survivor's lost contact
+    # as its consequence.
+    death = (
+        "rank 1 of 2 exited with code 3 without reporting a result; its last stderr lines: "
+        "fakecomm: rank 1 gives up in broadcast"
+    )
     assert line.startswith(f"accelbackends: error: {death}; rank 0 lost contact with the "), line
     assert line.endswith(" — a consequence of rank 1's death"), line
     report = _report(result)  # still exactly one JSON object, saying what happened
@@ -680,7 +687,8 @@ def test_rank_that_dies_ends_the_run_on_every_rank_with_exit_1_naming_it(
             "kind": "rank",
             "hosts": [socket.gethostname()],
             "ranks": [1],
-            "reason": f"exited with code 3 without reporting a result (pid {pid})",
+            "reason": f"exited with code 3 without reporting a result (pid {pid}); its last "
+            "stderr lines: fakecomm: rank 1 gives up in broadcast",
         }
     ]
     assert report["failing_nodes"] == [socket.gethostname()]
