@@ -13,6 +13,7 @@ from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
 from .correctness import run_checks
 from .floors import Topology, match
+from .health import device_faults, health_culprits, rank_device
 from .heartbeat import Heartbeat
 from .links import measure_links
 from .progress import Progress
@@ -21,7 +22,7 @@ from .results import Result
 from .session import Session, control_group, pid_space
 from .sweep import copy_alone, sweep
 from .thresholds import Floor
-from .verdicts import Culprit, empty_verdict, fell_back, judge
+from .verdicts import empty_verdict, fell_back, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -129,11 +130,9 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     if floors["device_copy"]:
         rule = floors["device_copy"]
         limits = dataclasses.replace(limits, copy_floor=(rule["source"], rule["gbps"]))
-    on_host = {h: tuple(r["rank"] for r in ranks if r["host"] == h) for h in report["hosts"]}
-    sick = [Culprit("node", (h,), on_host.get(h, ()), problem) for h, problem in floors["health"]]
-    report |= judge(report, limits, [*culprits, *sick])
+    report |= judge(report, limits, [*culprits, *floors["health"]])
     floors.pop("busbw_floor")
-    floors["health"] = [problem for _, problem in floors["health"]]
+    floors["health"] = [culprit.reason for culprit in floors["health"]]
     report["floors"] = floors
     signature = fell_back(report, floors)
     report["signatures"] = [signature] if signature else []
@@ -185,35 +184,53 @@ def _whoami(ctx: Context) -> dict[str, Any]:
 
 
 def _node_facts(ctx: Context) -> dict[str, Any]:
-    """What this rank's node has, for the floors: its devices' model and link kind (from the
-    accelerator plugin's ``links``), its fastest InfiniBand/RoCE port that is up."""
+    """What this rank's node has, for the floors and the health check: its devices' model and
+    link kind (from the accelerator plugin's ``links``; on a node whose devices this run does
+    not use, those of the first plugin that finds some, as ``info`` shows them), its fastest
+    InfiniBand/RoCE port that is up, the physical device this rank uses and, from one rank a
+    node, the devices' faults."""
     from ...plugin.links import read_nics
     from ...plugin.types import Probe
     from ...registry.facade import default_registry
-    from ..topology import device_links
+    from ..topology import node_devices
 
     registry = default_registry()
     probe = Probe(env=registry.env, root=registry.root)
-    status = next((s for s in registry.detect() if s.name == ctx.accelerator), None)
-    devices, why = device_links(status, probe) if status else ([], "no accelerator")
-    models = {d.model for d in devices}
-    kinds = {d.link_kind for d in devices}
+    statuses = registry.detect()
+    selected = next((s for s in statuses if s.name == ctx.accelerator), None)
+    status, devices, why = node_devices(statuses, selected, probe)
+    # The floors follow the devices the ranks use: a CPU run on a GPU node is not an H200's.
+    used = devices if status is selected else []
+    models = {d.model for d in used}
+    kinds = {d.link_kind for d in used}
     rates = [n.gbps for n in read_nics(probe) if n.up and n.kind != "ethernet" and n.gbps]
-    host = socket.gethostname()
-    health = [
-        f"GPU {d.index} on {host}: PCIe Gen{d.pcie.generation} x{d.pcie.width}, expected "
-        f"x{d.pcie.max_width}"
-        for d in devices
-        if d.pcie is not None and d.pcie.narrowed
-    ] + [f"GPU {d.index} on {host}: {problem}" for d in devices for problem in d.health]
+    device, device_why = rank_device(
+        _runtime(status.name if status else ""),
+        ctx.device.index if status and ctx.device.type == status.spec.device_type else None,
+        devices,
+        registry.env,
+    )
     return {
-        "host": host,
-        "health": health if ctx.local_rank == 0 else [],  # one rank per node says it
+        "host": socket.gethostname(),
+        "rank": ctx.rank,
+        "device": device,
+        "device_why": device_why,
+        "faults": device_faults(devices) if ctx.local_rank == 0 else [],  # one rank a node
         "model": models.pop() if len(models) == 1 else None,
         "link": kinds.pop() if len(kinds) == 1 else None,
         "nic_gbps": max(rates) if rates else None,
         "why": why,
     }
+
+
+def _runtime(accelerator: str) -> str:
+    """The visible-devices rule of ``accelerator`` (`health.rank_device`): the cuda plugin's
+    devices are ROCm's under a ROCm build of torch."""
+    if accelerator == "cuda":
+        import torch
+
+        return "rocm" if torch.version.hip else "cuda"
+    return accelerator
 
 
 def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -232,7 +249,7 @@ def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any
         None if None in nic_rates else min(nic_rates),
     )
     picked: dict[str, Any] = {
-        "health": [(f["host"], problem) for f in facts for problem in f["health"]],
+        "health": health_culprits(facts),
         "topology": topology.describe(),
         "rules_from": options.rules_from,
         "busbw": None,
@@ -269,7 +286,7 @@ def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any
             "  device copy floor: held with one rank only; run check with --nproc 1 per GPU"
         )
         picked["device_copy"] = None
-    lines += [f"  health: {problem}" for _, problem in picked["health"]]
+    lines += [f"  health: {culprit.reason}" for culprit in picked["health"]]
     for line in lines:
         session.say("      " + line)
     return picked
