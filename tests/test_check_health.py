@@ -62,19 +62,19 @@ def test_faults_name_the_rank_that_uses_the_gpu_and_a_gpu_no_rank_uses_is_said_s
     ]
     # CUDA_VISIBLE_DEVICES=2,0: rank 0 uses GPU 2, rank 1 GPU 0; nobody uses GPU 1.
     facts = [
-        {"host": "n7", "rank": 0, "device": 2, "faults": faults},
-        {"host": "n7", "rank": 1, "device": 0, "faults": []},
+        {"host": "n7", "rank": 0, "gpu": 2, "faults": faults},
+        {"host": "n7", "rank": 1, "gpu": 0, "faults": []},
     ]
     culprits = health_culprits(facts)
     assert [(c.kind, c.hosts, c.ranks, c.text()) for c in culprits] == [
         (
-            "gpu",
+            "device",
             ("n7",),
             (),
             "GPU 1 on n7 (used by no rank of this run): PCIe Gen5 x8, expected x16",
         ),
         (
-            "gpu",
+            "device",
             ("n7",),
             (0,),
             "GPU 2 on n7 (rank 0): ECC: 3 uncorrected memory errors since the driver loaded",
@@ -129,7 +129,7 @@ def test_check_fails_a_node_whose_gpus_are_narrow_or_faulty_naming_each_gpu(tmp_
         "(reasons 0x40)",
     ]
     assert report["verdict"] == "FAILED"
-    assert [c["reason"] for c in report["culprits"] if c["kind"] == "gpu"] == expected
+    assert [c["reason"] for c in report["culprits"] if c["kind"] == "device"] == expected
     assert report["floors"]["health"] == expected
     assert report["failing_nodes"] == [host]
     assert failing.read_text(encoding="utf-8").split() == [host]

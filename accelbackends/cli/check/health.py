@@ -76,13 +76,13 @@ def device_faults(devices: Sequence[DeviceLinks]) -> list[tuple[int, str]]:
 
 
 def health_culprits(facts: Sequence[Mapping[str, Any]]) -> list[Culprit]:
-    """The devices to blame, from every rank's facts: ``host``, ``rank``, ``device`` (the
+    """The devices to blame, from every rank's facts: ``host``, ``rank``, ``gpu`` (the
     physical index it uses, or None) and ``faults`` (`device_faults`, from one rank a node).
-    Each culprit is a ``gpu``: its hosts the device's node, its ranks those that use it."""
+    Each culprit is a ``device``: its hosts the device's node, its ranks those that use it."""
     users: dict[tuple[str, int], list[int]] = {}
     for fact in facts:
-        if fact["device"] is not None:
-            users.setdefault((fact["host"], fact["device"]), []).append(fact["rank"])
+        if fact["gpu"] is not None:
+            users.setdefault((fact["host"], fact["gpu"]), []).append(fact["rank"])
     culprits = []
     for fact in facts:
         for index, fault in fact["faults"]:
@@ -90,7 +90,7 @@ def health_culprits(facts: Sequence[Mapping[str, Any]]) -> list[Culprit]:
             who = rank_list(ranks) if ranks else "used by no rank of this run"
             culprits.append(
                 Culprit(
-                    "gpu",
+                    "device",
                     (fact["host"],),
                     tuple(ranks),
                     f"GPU {index} on {fact['host']} ({who}): {fault}",

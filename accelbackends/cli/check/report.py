@@ -275,6 +275,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "checks": [],
         "bandwidth": [],
         "device_copy": None,
+        "copies": [],
     } | empty_verdict()
     keep = ("verdict", "ok", "error", "stalled", "failing_nodes", "passing_nodes", "text")
     report.update({k: v for k, v in (so_far or {}).items() if k not in keep})

@@ -67,7 +67,7 @@ ONLY_NODE = "the job's only node"
 class Culprit:
     """A node, a rank or a link that failed, with why."""
 
-    kind: str  # "node", "rank", "link" or "gpu" (a device's own fault, `health`)
+    kind: str  # "node", "rank", "link" or "device" (a device's own fault: `health`, `copies`)
     hosts: tuple[str, ...]
     ranks: tuple[int, ...]
     reason: str
@@ -75,7 +75,7 @@ class Culprit:
     def text(self) -> str:
         """``node n2 (rank 2): every link to the other nodes is slow: ...``."""
         where = ", ".join(dict.fromkeys(self.hosts))
-        if self.kind == "gpu":  # names its device, node and ranks itself
+        if self.kind == "device":  # names its device, node and ranks itself
             return self.reason
         if self.kind == "link":
             ends = " <-> ".join(
