@@ -23,7 +23,7 @@ from .results import Result
 from .session import Session, control_group, pid_space
 from .sweep import copy_alone, sweep
 from .thresholds import Floor
-from .verdicts import empty_verdict, fell_back, judge
+from .verdicts import below_line_rate, empty_verdict, fell_back, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -164,11 +164,11 @@ def _judged(session: Session, report: dict[str, Any]) -> dict[str, Any]:
     if floors["device_copy"]:
         rule = floors["device_copy"]
         limits = dataclasses.replace(limits, copy_floor=(rule["source"], rule["gbps"]))
-    report |= judge(report, limits, floors.pop("culprits"))
+    slow_fabric = below_line_rate(report, floors)
+    report |= judge(report, limits, floors.pop("culprits"), [slow_fabric] if slow_fabric else [])
     floors.pop("busbw_floor")
     floors["health"] = [culprit.reason for culprit in floors["health"]]
-    signature = fell_back(report, floors)
-    report["signatures"] = [signature] if signature else []
+    report["signatures"] = [s for s in (fell_back(report, floors), slow_fabric) if s]
     report["ok"] = report["verdict"] == "PASSED"
     if session.progress.report.get("text"):
         report["text"] = session.progress.report["text"]  # --quick's held lines; not in JSON
@@ -299,6 +299,7 @@ def _pick_floors(
         "health": health,
         "culprits": list(health),
         "topology": topology.describe(),
+        "nic_gbps": topology.nic_gbps,
         "rules_from": options.rules_from,
         "busbw": None,
         "device_copy": None,

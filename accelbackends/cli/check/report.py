@@ -166,7 +166,8 @@ def verdict(report: dict[str, Any]) -> str:
         ]
         reasons[:0] = report.get("signatures", [])
         reasons += miss_summary([m["kind"] for m in report.get("misses", [])])
-        reasons += report.get("problems", [])[:1]
+        # A signature that failed the job is a problem too: named once, first.
+        reasons += [p for p in report.get("problems", []) if p not in reasons][:1]
         lines.append(f"verdict: FAILED: {', '.join(reasons) or 'see above'} ({counts}; {where})")
     else:
         peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
