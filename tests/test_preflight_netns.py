@@ -338,6 +338,9 @@ def test_a_job_far_below_its_nodes_nic_rate_is_named_below_the_nics_line_rate(
     finally:
         _slow(fabric, slowed, on=False)
     report = _report(run)
+    from accelbackends.cli.check.report import verdict
+
+    print(verdict(report))  # the operator's view, shown with pytest -s
     assert run.returncodes[0] == 1, run.stderr
     assert report["floors"]["nic_gbps"] == 2.0
     (named,) = [s for s in report["signatures"] if s.startswith("below the NIC's line rate: ")]
