@@ -76,6 +76,7 @@ def test_check_json_keys_match_the_reference() -> None:
     _same_keys(tables["Each entry of `checks`:"], report["checks"][0], "checks[]")
     _same_keys(tables["Each entry of `bandwidth`:"], report["bandwidth"][0], "bandwidth[]")
     assert report["device_copy"] is None  # two ranks: a collective bandwidth, no device copy
+    _same_keys(tables["Each entry of `copies`:"], report["copies"][0], "copies[]")
 
 
 def test_one_rank_check_json_names_the_device_copys_keys() -> None:

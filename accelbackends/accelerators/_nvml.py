@@ -171,6 +171,7 @@ class GpuLinks:
     nvlinks_total: int | None
     health: tuple[str, ...]
     missing: dict[str, str]
+    uuid: str | None = None
 
 
 def _call(nvml: Any, function: str, *args: Any) -> Any:
@@ -185,16 +186,47 @@ def _why(exc: Exception, source: str) -> str:
 
 
 def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
+    """One GPU's links and health, each fact read on its own: a fact NVML cannot give is said
+    missing, with why, and the others are still read."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     missing: dict[str, str] = {}
-    pci = None
+    pci = _pci_address(nvml, source, handle, missing)
+    pcie = _pcie_link(nvml, source, handle, missing)
+    nvlinks, total = _nvlinks(nvml, source, handle, missing)
+    health = _health(nvml, source, handle, missing)
+    uuid: str | None = None
+    try:
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception as exc:
+        missing["uuid"] = _why(exc, source)
+    return GpuLinks(
+        index,
+        _text(nvml.nvmlDeviceGetName(handle)),
+        pci,
+        pcie,
+        nvlinks,
+        total,
+        tuple(health),
+        missing,
+        uuid,
+    )
+
+
+def _pci_address(nvml: Any, source: str, handle: Any, missing: dict[str, str]) -> str | None:
     try:
         info = _call(nvml, "nvmlDeviceGetPciInfo", handle)
-        pci = _text(getattr(info, "busId", "")).lower() or None
-        if pci is not None and len(pci.split(":")[0]) == 8:  # NVML pads the domain to 8 digits
-            pci = pci[4:]
     except Exception as exc:
         missing["pci"] = _why(exc, source)
+        return None
+    pci = _text(getattr(info, "busId", "")).lower() or None
+    if pci is not None and len(pci.split(":")[0]) == 8:  # NVML pads the domain to 8 digits
+        pci = pci[4:]
+    return pci
+
+
+def _pcie_link(
+    nvml: Any, source: str, handle: Any, missing: dict[str, str]
+) -> tuple[int | None, int | None, int | None, int | None]:
     pcie: list[int | None] = []
     for function in (
         "nvmlDeviceGetCurrPcieLinkGeneration",
@@ -207,23 +239,34 @@ def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
         except Exception as exc:
             pcie.append(None)
             missing.setdefault("pcie", _why(exc, source))
-    nvlinks: int | None = None
-    total: int | None = None
+    return pcie[0], pcie[1], pcie[2], pcie[3]
+
+
+def _nvlinks(
+    nvml: Any, source: str, handle: Any, missing: dict[str, str]
+) -> tuple[int | None, int | None]:
+    """NVLinks up and in all; (0, 0) where link 0 is not supported: a GPU without NVLink."""
     try:
         _call(nvml, "nvmlDeviceGetNvLinkState", handle, 0)
     except AttributeError as exc:
         missing["nvlink"] = _why(exc, source)
-    except Exception:  # link 0 is not supported: this GPU has no NVLink
-        nvlinks, total = 0, 0
-    else:
-        nvlinks, total = 0, 0
-        for link in range(NVLINK_MAX_LINKS):
-            try:
-                state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
-            except Exception:  # beyond this GPU's links
-                continue
-            total += 1
-            nvlinks += 1 if int(state) == 1 else 0
+        return None, None
+    except Exception:
+        return 0, 0
+    up = total = 0
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
+        except Exception:  # beyond this GPU's links
+            continue
+        total += 1
+        up += 1 if int(state) == 1 else 0
+    return up, total
+
+
+def _health(nvml: Any, source: str, handle: Any, missing: dict[str, str]) -> list[str]:
+    """The faults NVML reports: uncorrected ECC errors, pages or rows waiting for a reset,
+    throttling by a fault (not by idling)."""
     health: list[str] = []
     try:
         errors = int(
@@ -253,16 +296,7 @@ def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
             health.append(f"throttled: {', '.join(faults)} (reasons 0x{reasons:x})")
     except Exception as exc:
         missing["throttle"] = _why(exc, source)
-    return GpuLinks(
-        index,
-        _text(nvml.nvmlDeviceGetName(handle)),
-        pci,
-        (pcie[0], pcie[1], pcie[2], pcie[3]),
-        nvlinks,
-        total,
-        tuple(health),
-        missing,
-    )
+    return health
 
 
 def query_links(probe: Probe) -> tuple[list[GpuLinks] | None, str, str]:

@@ -407,6 +407,7 @@ def _device_links(
         gpu.health if gpu else (),
         sources,
         missing,
+        gpu.uuid if gpu else None,
     )
 
 

@@ -7,7 +7,7 @@ a vendor stack; every fact says where it was read, and a fact that could not be 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..plugin.errors import describe
@@ -16,7 +16,14 @@ from ..plugin.packages import nccl, torch_build
 from ..plugin.types import AcceleratorStatus, DeviceLinks, Nic, PcieLink, Probe
 from .text import aligned
 
-__all__ = ["collect", "collective_library", "device_links", "nic_facts", "render"]
+__all__ = [
+    "collect",
+    "collective_library",
+    "device_links",
+    "nic_facts",
+    "node_devices",
+    "render",
+]
 
 _NCCL_BACKENDS = ("nccl", "nccl2", "nccl-lazy", "nccl-legacy")
 
@@ -102,10 +109,32 @@ def device_json(device: DeviceLinks) -> dict[str, Any]:
         "nvlinks": device.nvlinks,
         "nvlinks_total": device.nvlinks_total,
         "link_kind": device.link_kind,
+        "uuid": device.uuid,
         "health": list(device.health),
         "sources": dict(device.sources),
         "missing": dict(device.missing),
     }
+
+
+def node_devices(
+    statuses: Sequence[AcceleratorStatus], selected: AcceleratorStatus | None, probe: Probe
+) -> tuple[AcceleratorStatus | None, list[DeviceLinks], str]:
+    """The devices whose links are shown, the accelerator they belong to, and why there are
+    none: the selected accelerator's; else the first accelerator whose plugin finds devices
+    with links, as on a GPU node whose torch cannot use them yet."""
+    devices: list[DeviceLinks] = []
+    why = "not read: no accelerator was selected"
+    if selected is not None:
+        devices, why = device_links(selected, probe)
+    if devices:
+        return selected, devices, why
+    for status in statuses:
+        if status is selected or status.spec.links is None:
+            continue
+        found, _ = device_links(status, probe)
+        if found:
+            return status, found, ""
+    return selected, [], why
 
 
 def nic_facts(probe: Probe) -> list[dict[str, Any]]:
@@ -135,19 +164,7 @@ def collect(
     selected accelerator's; else the first accelerator whose plugin finds devices with links, as
     on a GPU node whose torch cannot use them yet), the node's NICs."""
     probe = Probe(env=dict(env), root=root)
-    devices: list[DeviceLinks] = []
-    why = "not read: no accelerator was selected"
-    shown = selected
-    if selected is not None:
-        devices, why = device_links(selected, probe)
-    if not devices:
-        for status in statuses:
-            if status is selected or status.spec.links is None:
-                continue
-            found, _ = device_links(status, probe)
-            if found:
-                devices, shown = found, status
-                break
+    shown, devices, why = node_devices(statuses, selected, probe)
     return {
         "accelerator": shown.name if shown else None,
         "collective_library": collective_library(backend, probe),

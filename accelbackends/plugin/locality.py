@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from . import sysfs
 from .devices import Visible
 from .types import Locality
 
-__all__ = ["format_cpulist", "parse_cpulist", "pci_locality", "visible_localities"]
+__all__ = [
+    "format_cpulist",
+    "parse_cpulist",
+    "pci_locality",
+    "visible_localities",
+    "visible_order",
+]
+
+T = TypeVar("T")
 
 
 def parse_cpulist(text: str | None) -> frozenset[int] | None:
@@ -75,12 +84,22 @@ def visible_localities(
     resolve: Callable[[str], int | None] | None = None,
 ) -> list[Locality | None]:
     """The localities of the devices a runtime shows, in its order, from those of the physical
-    devices: each entry of the visible-devices variable is a physical index (``"2"``, or
-    ``"2.0"`` for a Level Zero sub-device), or a name that ``resolve`` turns into one (a GPU
-    UUID); an entry that names nothing known has no locality."""
+    devices (`visible_order`)."""
+    return visible_order(physical, visible, resolve)
+
+
+def visible_order(
+    physical: Sequence[T | None],
+    visible: Visible,
+    resolve: Callable[[str], int | None] | None = None,
+) -> list[T | None]:
+    """What a runtime shows, in its order, from what each physical device has: each entry of
+    the visible-devices variable is a physical index (``"2"``, or ``"2.0"`` for a Level Zero
+    sub-device), or a name that ``resolve`` turns into one (a GPU UUID); an entry that names
+    nothing known shows None."""
     if not visible.restricted:
         return list(physical)
-    shown: list[Locality | None] = []
+    shown: list[T | None] = []
     for entry in visible.entries[: visible.count(len(visible.entries))]:
         head = entry.split(".", 1)[0]
         index = int(head) if head.isdigit() else (resolve(entry) if resolve else None)

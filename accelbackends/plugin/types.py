@@ -406,6 +406,8 @@ class DeviceLinks:
         health: Problems the runtime reports (``ECC: 2 uncorrected errors``), each a short text.
         sources: For each fact, where it was read (``{"pcie": "/sys/bus/pci/devices/..."}``).
         missing: For each fact that could not be read, why.
+        uuid: Its UUID (``GPU-8f3c…``), or None where unknown: what a visible-devices variable
+            may name it by, so that ``check`` finds which rank uses it.
     """
 
     index: int
@@ -418,6 +420,7 @@ class DeviceLinks:
     health: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     missing: Mapping[str, str] = field(default_factory=dict)
+    uuid: str | None = None
 
     @property
     def link_kind(self) -> str | None:

@@ -6,6 +6,8 @@ way every rank runs the same four steps and rank 0 reports them:
 
 1. the environment: accelerator, backend and why, world and local sizes;
 2. init through the full path (detect, select, bind, rendezvous, ``init_process_group``), timed;
+   then the node's floors and its devices' health, and each rank's own copies (device memory,
+   host<->device over its PCIe link), each judged before the collectives;
 3. correctness: each collective on float32, bfloat16 and int64 at odd and non-power-of-two
    lengths, compared with values every rank computes itself; the per-rank verdicts are gathered
    so that rank 0 names the failing check *and* rank;
@@ -36,6 +38,8 @@ Where things are:
 - `bandwidth`: what step 4 measures: one operation's timing at one size, and its bandwidths.
 - `links`: step 4's second part: every node's links, measured one pair at a time.
 - `devicecopy`: what one rank measures alone: a memory copy on its device.
+- `copies`: each rank's own copies before the collectives, judged against their floors.
+- `health`: the devices' faults, named by the rank that uses each device.
 - `thresholds`: what the sweep must reach (``--min-busbw``, a fabric's expected bandwidth,
   ``--baseline``).
 - `floors`: floors from the topology, as data: the rules file (``floors.txt``) and its matching.

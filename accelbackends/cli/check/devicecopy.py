@@ -7,7 +7,9 @@ rate counts every byte read *and* every byte written (twice the buffer per copy)
 bandwidth figures do; it is not a collective bandwidth and is never reported as one.
 
 `measure_copy` takes a device, not a process group, so a per-rank device health check can call it
-on each rank and hold it to a fraction of the device's memory bandwidth.
+on each rank and hold it to a fraction of the device's memory bandwidth. `measure_transfer` times
+a copy between pinned host memory and the device, one way: what crosses the PCIe link, counted
+once (a transfer reads on one side and writes on the other of one link).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ __all__ = [
     "COPY_WARMUP",
     "QUICK_COPY_BYTES_ACCELERATOR",
     "QUICK_COPY_BYTES_CPU",
+    "DEVICE_TO_HOST",
+    "HOST_TO_DEVICE",
     "CopyMeasurement",
+    "TransferMeasurement",
     "copy_size",
     "measure_copy",
+    "measure_transfer",
 ]
 
 #: What the rate counts, in the text and in the JSON, so it is not read as a collective's.
@@ -124,3 +130,69 @@ def measure_copy(
     synchronize(source.device)
     seconds = (time.perf_counter() - begin) / iters
     return CopyMeasurement(str(source.device), nbytes, iters, warmup, seconds)
+
+
+HOST_TO_DEVICE, DEVICE_TO_HOST = "host->device", "device->host"
+
+
+@dataclass(frozen=True)
+class TransferMeasurement:
+    """One way between pinned host memory and a device: ``iters`` copies of ``nbytes`` after
+    ``warmup`` untimed ones; ``seconds`` is the mean per copy; the rate counts each byte once."""
+
+    direction: str  # HOST_TO_DEVICE or DEVICE_TO_HOST
+    device: str
+    nbytes: int
+    iters: int
+    warmup: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.nbytes / self.seconds if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "direction": self.direction,
+            "device": self.device,
+            "bytes": self.nbytes,
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "seconds": round(self.seconds, 9),
+            "gbps": round(self.rate / 1e9, 6),
+        }
+
+
+def measure_transfer(
+    device: Any,
+    nbytes: int,
+    direction: str,
+    *,
+    iters: int = COPY_ITERS,
+    warmup: int = COPY_WARMUP,
+) -> TransferMeasurement:
+    """Time ``iters`` copies of ``nbytes`` from pinned host memory to ``device``
+    (`HOST_TO_DEVICE`) or back (`DEVICE_TO_HOST`), after ``warmup`` untimed ones, the device
+    synchronised around the timed copies. Pageable memory would time the driver's staging
+    copy as well, so the host side is pinned (on a ``cpu`` device, which has no link to cross,
+    it is plain memory). ``device`` must be the process's current device of its type."""
+    import torch
+
+    if direction not in (HOST_TO_DEVICE, DEVICE_TO_HOST) or nbytes < 1 or iters < 1 or warmup < 0:
+        raise ValueError(
+            f"measure_transfer(nbytes={nbytes}, direction={direction!r}, iters={iters}, "
+            f"warmup={warmup}): use nbytes >= 1, direction {HOST_TO_DEVICE!r} or "
+            f"{DEVICE_TO_HOST!r}, iters >= 1 and warmup >= 0"
+        )
+    on_device = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    host = torch.ones(nbytes, dtype=torch.uint8, pin_memory=on_device.device.type != "cpu")
+    source, target = (host, on_device) if direction == HOST_TO_DEVICE else (on_device, host)
+    for _ in range(warmup):
+        target.copy_(source, non_blocking=True)
+    synchronize(on_device.device)
+    begin = time.perf_counter()
+    for _ in range(iters):
+        target.copy_(source, non_blocking=True)
+    synchronize(on_device.device)
+    seconds = (time.perf_counter() - begin) / iters
+    return TransferMeasurement(direction, str(on_device.device), nbytes, iters, warmup, seconds)

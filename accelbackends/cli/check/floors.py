@@ -11,7 +11,10 @@ busbw       link=nic nic_gbps=400        gbps=32   why="0.7 x 46 GB/s, one 400 G
 ```
 
 ``device_copy`` holds each rank's device memory copy (read+write, GB/s); ``busbw`` holds the
-collectives' busbw at the largest size (every swept operation, or ``op=``). ``model`` is a
+collectives' busbw at the largest size (every swept operation, or ``op=``); ``host_copy`` holds
+each rank's copies between pinned host memory and its GPU, each way, to ``fraction=`` of the
+rate of the PCIe link its GPU supports (`pcie_gbps`: generation x width, per direction), in
+place of ``gbps=``. ``model`` is a
 shell pattern on the device's model name (case ignored); ``link`` is ``nvlink`` or ``pcie``
 (within one node) or ``nic`` (between nodes: the rule holds a job of several nodes);
 ``gpus`` the ranks per node; ``nic_gbps`` the slowest node's fastest InfiniBand/RoCE port, Gb/s.
@@ -32,13 +35,17 @@ from typing import Any
 
 from ...plugin.errors import ConfigError
 
-__all__ = ["SHIPPED", "FloorRule", "Topology", "match", "read_rules"]
+__all__ = ["PCIE_LANE_GBPS", "SHIPPED", "FloorRule", "Topology", "match", "pcie_gbps", "read_rules"]
 
 SHIPPED = Path(__file__).with_name("floors.txt")
-KINDS = ("device_copy", "busbw")
+KINDS = ("device_copy", "busbw", "host_copy")
 LINKS = ("nvlink", "pcie", "nic")
 OPS = ("all_reduce", "all_gather")
-_FIELDS = ("model", "link", "gpus", "nic_gbps", "op", "gbps", "why")
+#: GB/s one PCIe lane carries each way, by generation, after its line encoding (8b/10b to Gen2,
+#: 128b/130b from Gen3, FLIT mode's 242 of 256 bytes at Gen6): PCI-SIG's transfer rates of
+#: 2.5, 5, 8, 16, 32 and 64 GT/s, read, not measured.
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+_FIELDS = ("model", "link", "gpus", "nic_gbps", "op", "gbps", "fraction", "why")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class FloorRule:
     gpus: int | None = None
     nic_gbps: float | None = None
     op: str | None = None
+    fraction: float | None = None  # host_copy: of the PCIe link's rate, in place of gbps
 
     def describe(self) -> str:
         """``busbw >= 259 GB/s (model=*H200*, link=nvlink, gpus=8; floors.txt:12): why``."""
@@ -69,6 +77,11 @@ class FloorRule:
             if value is not None
         ]
         matched = ", ".join(keys) or "any node"
+        if self.kind == "host_copy":
+            return (
+                f"host<->device copy >= {self.fraction:g} x the GPU's PCIe link rate "
+                f"({matched}; {self.where}): {self.why}"
+            )
         what = "device copy" if self.kind == "device_copy" else "collective bandwidth"
         return f"{what} >= {self.gbps:g} GB/s ({matched}; {self.where}): {self.why}"
 
@@ -90,6 +103,14 @@ class Topology:
             f"node, {self.nodes} {'node' if self.nodes == 1 else 'nodes'}, NIC "
             + (f"{self.nic_gbps:g} Gb/s" if self.nic_gbps else "unknown")
         )
+
+
+def pcie_gbps(generation: int | None, width: int | None) -> float | None:
+    """The rate a PCIe link of ``generation`` and ``width`` carries each way, GB/s; None where
+    either is unknown."""
+    if generation not in PCIE_LANE_GBPS or not width:
+        return None
+    return PCIE_LANE_GBPS[generation] * width
 
 
 def read_rules(path: str | os.PathLike[str], what: str) -> tuple[FloorRule, ...]:
@@ -128,23 +149,44 @@ def _parse_line(line: str, where: str, context: str) -> FloorRule | None:
                 f"{', '.join(_FIELDS)}"
             )
         fields[key] = _value(key, value, context)
-    if "gbps" not in fields:
-        raise ConfigError(f"{context}: field gbps is missing; give the floor as gbps=NUMBER")
-    if kind == "device_copy" and ({"link", "nic_gbps", "op"} & fields.keys()):
-        raise ConfigError(
-            f"{context}: field {sorted({'link', 'nic_gbps', 'op'} & fields.keys())[0]} does "
-            "not apply to device_copy; use model (and gpus)"
-        )
+    _fields_of(kind, fields, context)
     return FloorRule(
         kind,
-        fields.pop("gbps"),
+        fields.pop("gbps", 0.0),
         fields.pop("why", "") or "no reason given",
         where,
         **fields,
     )
 
 
+def _fields_of(kind: str, fields: dict[str, Any], context: str) -> None:
+    """Refuse the fields ``kind`` has no use for, and ask for the floor it needs."""
+    needed = "fraction" if kind == "host_copy" else "gbps"
+    if needed not in fields:
+        example = "fraction=0.6" if kind == "host_copy" else "gbps=NUMBER"
+        raise ConfigError(f"{context}: field {needed} is missing; give the floor as {example}")
+    foreign = {"link", "nic_gbps", "op"} | ({"gbps"} if kind == "host_copy" else {"fraction"})
+    if kind != "busbw" and foreign & fields.keys():
+        raise ConfigError(
+            f"{context}: field {sorted(foreign & fields.keys())[0]} does not apply to {kind}; "
+            f"use model (and gpus) and {needed}"
+        )
+    if kind == "busbw" and "fraction" in fields:
+        raise ConfigError(f"{context}: field fraction does not apply to busbw; use gbps")
+
+
 def _value(key: str, value: str, context: str) -> Any:
+    if key == "fraction":
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not 0 < number <= 1:
+            raise ConfigError(
+                f"{context}: field fraction: {value!r} is not valid; use a number greater "
+                "than 0 and at most 1"
+            )
+        return number
     if key in ("gbps", "nic_gbps"):
         try:
             number = float(value)

@@ -11,8 +11,10 @@ from ...plugin.errors import first_line
 from ..text import plural
 from .agree import max_over_ranks
 from .compat import backend_library_version, default_store
+from .copies import copy_lines, judge_copies, own_copies
 from .correctness import run_checks
 from .floors import Topology, match
+from .health import device_faults, health_culprits, rank_device
 from .heartbeat import Heartbeat
 from .links import measure_links
 from .progress import Progress
@@ -21,11 +23,11 @@ from .results import Result
 from .session import Session, control_group, pid_space
 from .sweep import copy_alone, sweep
 from .thresholds import Floor
-from .verdicts import Culprit, empty_verdict, fell_back, judge
+from .verdicts import below_line_rate, empty_verdict, fell_back, judge
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ...plugin.types import Context
+    from ...plugin.types import Context, DeviceLinks
     from .bandwidth import Measurement
     from .devicecopy import CopyMeasurement
     from .options import Options
@@ -42,65 +44,14 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     progress = Progress(options.progress, enabled=ctx.rank == 0)
     progress.update(**_header(ctx, options, started))
     heartbeat = Heartbeat(default_store(), ctx.rank, ctx.world_size)
-
-    def expired(message: str) -> None:
-        progress.update(ok=False, error=message)
-        if heartbeat.silent():
-            progress.update(stalled=message)
-        if options.json and options.progress is None:
-            # Under a launcher rank 0 is the reporting process: the JSON comes now or never.
-            print_json(progress.report)
-
-    watchdog = Watchdog(
-        ctx.rank,
-        options.timeout,
-        explain=heartbeat.explain,
-        on_expire=expired,
-        announce=not (ctx.rank == 0 and options.progress),
-    )
+    watchdog = _watchdog(ctx, options, progress, heartbeat)
     try:
         with watchdog.step("creating the control group"):
             session = Session(
                 ctx, options, control_group(ctx, options.timeout), watchdog, heartbeat, progress
             )
-        with watchdog.step("measuring the time to initialise"):
-            init_seconds = max_over_ranks(ctx, session.control, [time.time() - started])[0]
-        with watchdog.step("gathering the ranks' hosts and devices"):
-            ranks = session.gather_objects(_whoami(ctx), "hosts and devices")
-        # Where each rank's process can be looked for when contact is lost; not in the report.
-        session.peers = {r["rank"]: (r["host"], r["pid"], r.pop("pid_space")) for r in ranks}
-        progress.update(
-            init_seconds=round(init_seconds, 4),
-            hosts=sorted({r["host"] for r in ranks}),
-            ranks=ranks,
-        )
-        session.say(
-            f"[2/4] init: {ctx.world_size} {plural(ctx.world_size, 'rank')} ready in "
-            f"{init_seconds:.2f} s ({init_span}detect, select, bind, rendezvous, "
-            "init_process_group; slowest rank)"
-        )
-        for entry in ranks:  # one line per rank, as nccl-tests prints them
-            session.say(
-                f"      rank {entry['rank']}: host {entry['host']}, device {entry['device']}, "
-                f"local rank {entry['local_rank']}, pid {entry['pid']}"
-            )
-        floors = _pick_floors(session, ranks)
-        checks = run_checks(session)
-        progress.update(checks=[c.as_json() for c in checks])
-        copied: CopyMeasurement | None = None
-        bandwidth: list[Measurement] = []
-        if ctx.world_size == 1:
-            copied, problems = copy_alone(session)
-        else:
-            bandwidth, problems = sweep(session)
-        links, culprits, why_not = measure_links(session, [r["host"] for r in ranks])
-        for line in link_lines(links, why_not):
-            session.say("      " + line)
-        if why_not.startswith("not run"):
-            problems.append(Result("links", "not run", why_not))
-        elif why_not.startswith("not supported"):
-            problems.append(Result("links", "skipped", why_not))
-        checks += session.gather(problems, "bandwidth")
+        init_seconds, ranks = _init_step(session, started, init_span)
+        found = _measure(session, ranks) | {"init_seconds": round(init_seconds, 4)}
     except BaseException as exc:
         progress.update(ok=False, error=first_line(exc))
         if heartbeat.silent():
@@ -113,33 +64,114 @@ def run_rank(ctx: Context, options: Options, started: float, init_span: str) -> 
     finally:
         heartbeat.stop()
         watchdog.stop()
-    report = _header(ctx, options, started) | {
-        "error": None,
-        "init_seconds": round(init_seconds, 4),
+    return _judged(session, _header(ctx, options, started) | found)
+
+
+def _watchdog(ctx: Context, options: Options, progress: Progress, heartbeat: Heartbeat) -> Watchdog:
+    """The watchdog over every step; on expiry the report so far says which step and whom."""
+
+    def expired(message: str) -> None:
+        progress.update(ok=False, error=message)
+        if heartbeat.silent():
+            progress.update(stalled=message)
+        if options.json and options.progress is None:
+            # Under a launcher rank 0 is the reporting process: the JSON comes now or never.
+            print_json(progress.report)
+
+    return Watchdog(
+        ctx.rank,
+        options.timeout,
+        explain=heartbeat.explain,
+        on_expire=expired,
+        announce=not (ctx.rank == 0 and options.progress),
+    )
+
+
+def _init_step(
+    session: Session, started: float, init_span: str
+) -> tuple[float, list[dict[str, Any]]]:
+    """Step 2: the slowest rank's time to initialise and every rank's host and device, said
+    one line per rank, as nccl-tests prints them."""
+    ctx, watchdog, progress = session.ctx, session.watchdog, session.progress
+    with watchdog.step("measuring the time to initialise"):
+        init_seconds = max_over_ranks(ctx, session.control, [time.time() - started])[0]
+    with watchdog.step("gathering the ranks' hosts and devices"):
+        ranks = session.gather_objects(_whoami(ctx), "hosts and devices")
+    # Where each rank's process can be looked for when contact is lost; not in the report.
+    session.peers = {r["rank"]: (r["host"], r["pid"], r.pop("pid_space")) for r in ranks}
+    progress.update(
+        init_seconds=round(init_seconds, 4), hosts=sorted({r["host"] for r in ranks}), ranks=ranks
+    )
+    session.say(
+        f"[2/4] init: {ctx.world_size} {plural(ctx.world_size, 'rank')} ready in "
+        f"{init_seconds:.2f} s ({init_span}detect, select, bind, rendezvous, "
+        "init_process_group; slowest rank)"
+    )
+    for entry in ranks:
+        session.say(
+            f"      rank {entry['rank']}: host {entry['host']}, device {entry['device']}, "
+            f"local rank {entry['local_rank']}, pid {entry['pid']}"
+        )
+    return init_seconds, ranks
+
+
+def _measure(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node's floors and health, each rank's own copies, the correctness checks, the
+    bandwidth sweep (or one rank's device copy) and the links: the report's measured keys."""
+    ctx = session.ctx
+    facts = session.gather_objects(_node_facts(ctx), "node facts")
+    floors = _pick_floors(session, ranks, facts)
+    copies, problems = own_copies(session, facts[ctx.rank])
+    floors["culprits"] += judge_copies(copies, floors["device_copy"], floors["host_copy"])
+    for line in copy_lines(copies):
+        session.say("      " + line)
+    checks = run_checks(session)
+    session.progress.update(checks=[c.as_json() for c in checks])
+    copied: CopyMeasurement | None = None
+    bandwidth: list[Measurement] = []
+    if ctx.world_size == 1:
+        copied, more = copy_alone(session)
+    else:
+        bandwidth, more = sweep(session)
+    problems += more
+    links, culprits, why_not = measure_links(session, [r["host"] for r in ranks])
+    for line in link_lines(links, why_not):
+        session.say("      " + line)
+    if why_not.startswith("not run"):
+        problems.append(Result("links", "not run", why_not))
+    elif why_not.startswith("not supported"):
+        problems.append(Result("links", "skipped", why_not))
+    checks += session.gather(problems, "bandwidth")
+    return {
         "hosts": sorted({r["host"] for r in ranks}),
         "ranks": ranks,
         "checks": [c.as_json() for c in checks],
         "bandwidth": [m.as_json() for m in bandwidth],
         "device_copy": copied.as_json() if copied else None,
+        "copies": copies,
         "links": links,
+        "floors": floors | {"culprits": [*floors["culprits"], *culprits]},
     }
+
+
+def _judged(session: Session, report: dict[str, Any]) -> dict[str, Any]:
+    """The report with its verdict: the flags' limits, or the floors the rules matched; the
+    culprits of the health check, the copies and the links; the named signatures."""
+    options, floors = session.options, report["floors"]
     limits = options.limits()
     if not options.min_busbw and floors["busbw_floor"]:
         limits = dataclasses.replace(limits, floors=(floors["busbw_floor"],))
     if floors["device_copy"]:
         rule = floors["device_copy"]
         limits = dataclasses.replace(limits, copy_floor=(rule["source"], rule["gbps"]))
-    on_host = {h: tuple(r["rank"] for r in ranks if r["host"] == h) for h in report["hosts"]}
-    sick = [Culprit("node", (h,), on_host.get(h, ()), problem) for h, problem in floors["health"]]
-    report |= judge(report, limits, [*culprits, *sick])
+    slow_fabric = below_line_rate(report, floors)
+    report |= judge(report, limits, floors.pop("culprits"), [slow_fabric] if slow_fabric else [])
     floors.pop("busbw_floor")
-    floors["health"] = [problem for _, problem in floors["health"]]
-    report["floors"] = floors
-    signature = fell_back(report, floors)
-    report["signatures"] = [signature] if signature else []
+    floors["health"] = [culprit.reason for culprit in floors["health"]]
+    report["signatures"] = [s for s in (fell_back(report, floors), slow_fabric) if s]
     report["ok"] = report["verdict"] == "PASSED"
-    if progress.report.get("text"):
-        report["text"] = progress.report["text"]  # --quick's held lines; never in the JSON
+    if session.progress.report.get("text"):
+        report["text"] = session.progress.report["text"]  # --quick's held lines; not in JSON
     return report
 
 
@@ -167,6 +199,7 @@ def _header(ctx: Context, options: Options, started: float) -> dict[str, Any]:
         "checks": [],
         "bandwidth": [],
         "device_copy": None,
+        "copies": [],
     } | empty_verdict()
 
 
@@ -185,30 +218,40 @@ def _whoami(ctx: Context) -> dict[str, Any]:
 
 
 def _node_facts(ctx: Context) -> dict[str, Any]:
-    """What this rank's node has, for the floors: its devices' model and link kind (from the
-    accelerator plugin's ``links``), its fastest InfiniBand/RoCE port that is up."""
+    """What this rank's node has, for the floors and the health check: its devices' model and
+    link kind (from the accelerator plugin's ``links``; on a node whose devices this run does
+    not use, those of the first plugin that finds some, as ``info`` shows them), its fastest
+    InfiniBand/RoCE port that is up, the physical device this rank uses and, from one rank a
+    node, the devices' faults."""
     from ...plugin.links import read_nics
     from ...plugin.types import Probe
     from ...registry.facade import default_registry
-    from ..topology import device_links
+    from ..topology import node_devices
 
     registry = default_registry()
     probe = Probe(env=registry.env, root=registry.root)
-    status = next((s for s in registry.detect() if s.name == ctx.accelerator), None)
-    devices, why = device_links(status, probe) if status else ([], "no accelerator")
-    models = {d.model for d in devices}
-    kinds = {d.link_kind for d in devices}
+    statuses = registry.detect()
+    selected = next((s for s in statuses if s.name == ctx.accelerator), None)
+    status, devices, why = node_devices(statuses, selected, probe)
+    # The floors follow the devices the ranks use: a CPU run on a GPU node is not an H200's.
+    used = devices if status is selected else []
+    models = {d.model for d in used}
+    kinds = {d.link_kind for d in used}
     rates = [n.gbps for n in read_nics(probe) if n.up and n.kind != "ethernet" and n.gbps]
-    host = socket.gethostname()
-    health = [
-        f"GPU {d.index} on {host}: PCIe Gen{d.pcie.generation} x{d.pcie.width}, expected "
-        f"x{d.pcie.max_width}"
-        for d in devices
-        if d.pcie is not None and d.pcie.narrowed
-    ] + [f"GPU {d.index} on {host}: {problem}" for d in devices for problem in d.health]
+    gpu, gpu_why = rank_device(
+        _runtime(status.name if status else ""),
+        ctx.device.index if status and ctx.device.type == status.spec.device_type else None,
+        devices,
+        registry.env,
+    )
     return {
-        "host": host,
-        "health": health if ctx.local_rank == 0 else [],  # one rank per node says it
+        "host": socket.gethostname(),
+        "rank": ctx.rank,
+        "gpu": gpu,
+        "gpu_why": gpu_why,
+        # The link the rank's GPU supports, that its host copies are held to.
+        "pcie": _supported(devices, gpu),
+        "faults": device_faults(devices) if ctx.local_rank == 0 else [],  # one rank a node
         "model": models.pop() if len(models) == 1 else None,
         "link": kinds.pop() if len(kinds) == 1 else None,
         "nic_gbps": max(rates) if rates else None,
@@ -216,11 +259,31 @@ def _node_facts(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The floors that match what every rank found (the same pick on every rank), said on
-    rank 0: which rule and why, or that none matched."""
+def _supported(devices: list[DeviceLinks], gpu: int | None) -> tuple[int, int] | None:
+    """The generation and width the GPU's PCIe link supports (a narrower trained link is a
+    fault of its own), or None where not read."""
+    link = next((d.pcie for d in devices if d.index == gpu), None) if gpu is not None else None
+    if link is None or link.max_generation is None or link.max_width is None:
+        return None
+    return link.max_generation, link.max_width
+
+
+def _runtime(accelerator: str) -> str:
+    """The visible-devices rule of ``accelerator`` (`health.rank_device`): the cuda plugin's
+    devices are ROCm's under a ROCm build of torch."""
+    if accelerator == "cuda":
+        import torch
+
+        return "rocm" if torch.version.hip else "cuda"
+    return accelerator
+
+
+def _pick_floors(
+    session: Session, ranks: list[dict[str, Any]], facts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The floors that match what every rank found (``facts``, the same pick on every rank),
+    and the devices' faults, said on rank 0: which rule and why, or that none matched."""
     ctx, options = session.ctx, session.options
-    facts = session.gather_objects(_node_facts(ctx), "node facts")
     models = {f["model"] for f in facts}
     links = {f["link"] for f in facts}
     nic_rates = [f["nic_gbps"] for f in facts]
@@ -231,45 +294,47 @@ def _pick_floors(session: Session, ranks: list[dict[str, Any]]) -> dict[str, Any
         len({r["host"] for r in ranks}),
         None if None in nic_rates else min(nic_rates),
     )
+    health = health_culprits(facts)
     picked: dict[str, Any] = {
-        "health": [(f["host"], problem) for f in facts for problem in f["health"]],
+        "health": health,
+        "culprits": list(health),
         "topology": topology.describe(),
+        "nic_gbps": topology.nic_gbps,
         "rules_from": options.rules_from,
         "busbw": None,
         "device_copy": None,
+        "host_copy": None,
         "busbw_floor": None,
     }
     lines = [f"floors: {topology.describe()}; rules from {options.rules_from or 'nowhere'}"]
-    names = {"busbw": "bandwidth floor", "device_copy": "device copy floor"}
-    for kind in ("busbw", "device_copy"):
+    for kind, name in _FLOOR_NAMES.items():
         rule = match(options.rules, kind, topology)
-        name = names[kind]
         if kind == "busbw" and ctx.world_size == 1:
             lines.append(f"  {name}: not judged: one rank has no collective bandwidth")
-            continue
-        if kind == "busbw" and options.min_busbw:
+        elif kind == "busbw" and options.min_busbw:
             lines.append(f"  {name}: {options.min_busbw[0].source} (given, wins over the rules)")
-            continue
-        if rule is None:
+        elif rule is None:
             lines.append(f"  {name}: no rule matched: correctness only for it")
-            continue
-        source = f"the floor of {rule.where} ({rule.why})"
-        picked[kind] = {
-            "gbps": rule.gbps,
-            "source": source,
-            "rule": rule.describe(),
-            "link": rule.link,
-        }
-        lines.append(f"  {name}: matched {rule.describe()}")
-        if kind == "busbw":
-            picked["busbw_floor"] = Floor(None, rule.gbps, source)
-    if ctx.world_size > 1 and picked["device_copy"]:
-        # Each rank's own copy is measured with one rank only (for now): say so.
-        lines.append(
-            "  device copy floor: held with one rank only; run check with --nproc 1 per GPU"
-        )
-        picked["device_copy"] = None
-    lines += [f"  health: {problem}" for _, problem in picked["health"]]
+        else:
+            source = f"the floor of {rule.where} ({rule.why})"
+            picked[kind] = {
+                "gbps": None if kind == "host_copy" else rule.gbps,
+                "fraction": rule.fraction,
+                "source": source,
+                "rule": rule.describe(),
+                "link": rule.link,
+            }
+            lines.append(f"  {name}: matched {rule.describe()}")
+            if kind == "busbw":
+                picked["busbw_floor"] = Floor(None, rule.gbps, source)
+    lines += [f"  health: {culprit.reason}" for culprit in health]
     for line in lines:
         session.say("      " + line)
     return picked
+
+
+_FLOOR_NAMES = {
+    "busbw": "bandwidth floor",
+    "device_copy": "device copy floor",
+    "host_copy": "host copy floor",
+}

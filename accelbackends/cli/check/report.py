@@ -149,52 +149,66 @@ def verdict(report: dict[str, Any]) -> str:
     counts = f"{passed} passed, {len(failed)} failed, {len(skipped)} skipped"
     if not_run:
         counts += f", {len(not_run)} not run"
+    if report.get("verdict", "FAILED") == "FAILED":
+        reasons = ", ".join(_reasons(report, failed, bool(not_run))) or "see above"
+        first = f"verdict: FAILED: {reasons} ({counts}; {where})"
+    else:
+        first = _passed(report, f"{counts}; {where}")
+    return "\n".join([first, *_details(report)])
+
+
+def _reasons(report: dict[str, Any], failed: list[dict[str, Any]], not_run: bool) -> list[str]:
+    """What failed, in the verdict's words: the signatures, the failed checks and their ranks,
+    the culprits that are not named by those already, the misses, the first other problem."""
+    reasons = [f"{c['name']} on {rank_list(c['ranks'])}" for c in failed[:4]]
+    if len(failed) > 4:
+        more = len(failed) - 4
+        reasons.append(f"{more} more {plural(more, 'check')}")
+    if not_run and not failed:
+        reasons.append("checks not run")
+    reasons += [
+        _short(c)
+        for c in report.get("culprits", [])
+        if c["reason"] and not _from_checks(c) and not _from_misses(c)
+    ]
+    reasons[:0] = report.get("signatures", [])
+    reasons += miss_summary([m["kind"] for m in report.get("misses", [])])
+    # A signature that failed the job is a problem too: named once, first.
+    reasons += [p for p in report.get("problems", []) if p not in reasons][:1]
+    return reasons
+
+
+def _passed(report: dict[str, Any], said: str) -> str:
+    """``verdict: PASSED (...; peak busbw ...; N of N nodes passing)``; with one rank, its
+    device memory copy where the peak busbw would stand."""
+    hosts = len(report["hosts"])
+    peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
+    best = "" if peak is None else f"; peak busbw {peak:.2f} GB/s"
+    copied = report.get("device_copy")
+    if copied:  # one rank: no collective bandwidth, and none is claimed
+        best = f"; {copied['what']}: {copied['gbps']:.2f} GB/s, one rank: no collective bandwidth"
+    return f"verdict: PASSED ({said}{best}; {hosts} of {hosts} {plural(hosts, 'node')} passing)"
+
+
+def _details(report: dict[str, Any]) -> Iterator[str]:
+    """The lines under the verdict: the failing and passing nodes, each culprit, what is not
+    pinned to a node, each miss, what was not judged."""
     hosts = len(report["hosts"])
     failing, passing = report.get("failing_nodes", []), report.get("passing_nodes", [])
-    lines = []
-    if report.get("verdict", "FAILED") == "FAILED":
-        reasons = [f"{c['name']} on {rank_list(c['ranks'])}" for c in failed[:4]]
-        if len(failed) > 4:
-            more = len(failed) - 4
-            reasons.append(f"{more} more {plural(more, 'check')}")
-        if not_run and not failed:
-            reasons.append("checks not run")
-        reasons += [
-            _short(c)
-            for c in report.get("culprits", [])
-            if c["reason"] and not _from_checks(c) and not _from_misses(c)
-        ]
-        reasons[:0] = report.get("signatures", [])
-        reasons += miss_summary([m["kind"] for m in report.get("misses", [])])
-        reasons += report.get("problems", [])[:1]
-        lines.append(f"verdict: FAILED: {', '.join(reasons) or 'see above'} ({counts}; {where})")
-    else:
-        peak = max((b["busbw_gbps"] for b in report["bandwidth"]), default=None)
-        best = "" if peak is None else f"; peak busbw {peak:.2f} GB/s"
-        copied = report.get("device_copy")
-        if copied:  # one rank: no collective bandwidth, and none is claimed
-            best = (
-                f"; {copied['what']}: {copied['gbps']:.2f} GB/s, one rank: no collective bandwidth"
-            )
-        lines.append(
-            f"verdict: PASSED ({counts}; {where}{best}; {hosts} of {hosts} "
-            f"{plural(hosts, 'node')} passing)"
-        )
     if failing:
-        lines.append(f"failing nodes ({len(failing)} of {hosts}): {', '.join(failing)}")
+        yield f"failing nodes ({len(failing)} of {hosts}): {', '.join(failing)}"
     if failing or report.get("verdict") == "FAILED":
-        lines.append(f"passing nodes ({len(passing)} of {hosts}): {', '.join(passing) or '-'}")
+        yield f"passing nodes ({len(passing)} of {hosts}): {', '.join(passing) or '-'}"
     for culprit in report.get("culprits", []):
         if not _from_checks(culprit):
-            lines.append(f"  {_long(culprit)}")
+            yield f"  {_long(culprit)}"
     unpinned = report.get("unpinned", [])
     if unpinned:
-        lines.append(f"not pinned to a node: {'; '.join(unpinned)}")
+        yield f"not pinned to a node: {'; '.join(unpinned)}"
     for miss in report.get("misses", []):
-        lines.append(f"  {_miss_text(miss)}")
+        yield f"  {_miss_text(miss)}"
     for note in report.get("not_judged", []):
-        lines.append(f"not judged: {note}")
-    return "\n".join(lines)
+        yield f"not judged: {note}"
 
 
 def _ranks(count: int) -> str:
@@ -212,7 +226,7 @@ def _from_misses(culprit: dict[str, Any]) -> bool:
 
 
 def _short(culprit: dict[str, Any]) -> str:
-    if culprit["reason"].startswith("GPU "):  # a device's own health: it names itself
+    if culprit["kind"] == "device":  # a device's own fault or slow copy: it names itself
         return str(culprit["reason"])
     slow = "wrong data" if "wrong data" in culprit["reason"] else "slow"
     if culprit["kind"] == "link":
@@ -275,6 +289,7 @@ def failure_report(error: str, so_far: dict[str, Any] | None = None) -> dict[str
         "checks": [],
         "bandwidth": [],
         "device_copy": None,
+        "copies": [],
     } | empty_verdict()
     keep = ("verdict", "ok", "error", "stalled", "failing_nodes", "passing_nodes", "text")
     report.update({k: v for k, v in (so_far or {}).items() if k not in keep})

@@ -41,10 +41,13 @@ __all__ = [
     "DEFAULT_LINK_FACTOR",
     "INTER",
     "INTRA",
+    "LINE_RATE_FRACTION",
     "ONLY_NODE",
     "Culprit",
     "Limits",
+    "below_line_rate",
     "empty_verdict",
+    "fell_back",
     "judge",
     "judge_links",
     "miss_summary",
@@ -67,7 +70,7 @@ ONLY_NODE = "the job's only node"
 class Culprit:
     """A node, a rank or a link that failed, with why."""
 
-    kind: str  # "node", "rank" or "link"
+    kind: str  # "node", "rank", "link" or "device" (a device's own fault: `health`, `copies`)
     hosts: tuple[str, ...]
     ranks: tuple[int, ...]
     reason: str
@@ -75,6 +78,8 @@ class Culprit:
     def text(self) -> str:
         """``node n2 (rank 2): every link to the other nodes is slow: ...``."""
         where = ", ".join(dict.fromkeys(self.hosts))
+        if self.kind == "device":  # names its device, node and ranks itself
+            return self.reason
         if self.kind == "link":
             ends = " <-> ".join(
                 f"{h} rank {r}" for h, r in zip(self.hosts, self.ranks, strict=True)
@@ -199,9 +204,15 @@ class Limits:
     not_judged: tuple[str, ...] = ()
 
 
-def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) -> dict[str, Any]:
+def judge(
+    report: dict[str, Any],
+    options: Limits,
+    culprits: Sequence[Culprit],
+    failed: Sequence[str] = (),
+) -> dict[str, Any]:
     """The finished report's verdict keys: the nodes (`node_verdict`), the sizes that missed
-    a floor or the baseline (``misses``), and the limits they were held to (``limits``)."""
+    a floor or the baseline (``misses``), and the limits they were held to (``limits``);
+    ``failed`` fails the job without naming a node (a signature such as `below_line_rate`)."""
     rows = report["bandwidth"]
     misses = below_floors(rows, options.floors)
     copied = report.get("device_copy")
@@ -216,7 +227,7 @@ def judge(report: dict[str, Any], options: Limits, culprits: Sequence[Culprit]) 
                 options.copy_floor[0],
             )
         )
-    problems = [
+    problems = [*failed] + [
         f"{f.source} {format_size(f.nbytes or 0)}={f.gbps:g}: that size was not swept "
         f"(sizes from {format_size(rows[0]['bytes'])} to {format_size(rows[-1]['bytes'])})"
         for f in unmatched_floors(rows, options.floors)
@@ -306,6 +317,31 @@ def fell_back(report: dict[str, Any], floors: dict[str, Any]) -> str | None:
             f"{NVLINK_FALLBACK_GBPS:g} GB/s that PCIe-only nodes top out near"
         )
     return None
+
+
+#: Under this fraction of the slowest node's NIC line rate, a job of several nodes is "below
+#: the NIC's line rate": nccl-tests over one 400 Gb/s NIC reach 46-48 GB/s busbw, 0.92-0.96 of
+#: its 50 GB/s (read, not measured here), so under half is a fault, not noise.
+LINE_RATE_FRACTION = 0.5
+
+
+def below_line_rate(report: dict[str, Any], floors: dict[str, Any]) -> str | None:
+    """The named signature "below the NIC's line rate": a job of several nodes whose best busbw
+    at the largest size is under `LINE_RATE_FRACTION` of what the slowest node's fastest
+    InfiniBand/RoCE port carries (``floors["nic_gbps"]``, Gb/s, as ``info`` reads it)."""
+    nic = floors.get("nic_gbps")
+    rows = report["bandwidth"]
+    if len(set(report["hosts"])) < 2 or not nic or not rows:
+        return None
+    largest = {op: max(r["bytes"] for r in rows if r["op"] == op) for op in {r["op"] for r in rows}}
+    best = max(r["busbw_gbps"] for r in rows if r["bytes"] == largest[r["op"]])
+    line = nic / 8  # Gb/s to GB/s
+    if best >= LINE_RATE_FRACTION * line:
+        return None
+    return (
+        f"below the NIC's line rate: busbw {best:.3g} GB/s at the largest size, under "
+        f"{LINE_RATE_FRACTION:g} x the {nic:g} Gb/s ({line:.3g} GB/s) of the slowest node's NIC"
+    )
 
 
 def miss_summary(kinds: Sequence[str]) -> list[str]:

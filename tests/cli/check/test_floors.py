@@ -156,3 +156,26 @@ def test_an_nvlink_node_far_below_its_floor_is_named_nvlink_fell_back_to_pcie():
     half = {"misses": [{"kind": "min-busbw", "busbw_gbps": 180.0}]}
     assert fell_back(half, floors) is None  # slow, but not at PCIe speed
     assert fell_back(slow, {"busbw": {"link": "pcie", "gbps": 20.0}}) is None
+
+
+def _bandwidth(hosts: list[str], busbw: float) -> dict:
+    rows = [
+        {"op": op, "bytes": size, "busbw_gbps": busbw if size == 1 << 30 else busbw / 10}
+        for op in ("all_reduce", "all_gather")
+        for size in (1 << 20, 1 << 30)
+    ]
+    return {"hosts": hosts, "bandwidth": rows}
+
+
+def test_several_nodes_far_below_their_nic_rate_are_named_below_the_nics_line_rate():
+    from accelbackends.cli.check.verdicts import below_line_rate
+
+    floors = {"nic_gbps": 400.0}  # 50 GB/s each way
+    named = below_line_rate(_bandwidth(["n0", "n1"], 12.0), floors)
+    assert named == (
+        "below the NIC's line rate: busbw 12 GB/s at the largest size, under 0.5 x the 400 Gb/s "
+        "(50 GB/s) of the slowest node's NIC"
+    )
+    assert below_line_rate(_bandwidth(["n0", "n1"], 46.0), floors) is None  # nccl-tests' figure
+    assert below_line_rate(_bandwidth(["n0", "n0"], 12.0), floors) is None  # one node: no NIC
+    assert below_line_rate(_bandwidth(["n0", "n1"], 12.0), {"nic_gbps": None}) is None

@@ -315,3 +315,36 @@ def test_rank_with_wrong_results_names_its_node_as_the_only_failing_one(
     (culprit,) = report["culprits"]
     assert (culprit["hosts"], culprit["ranks"]) == (["node1"], [1])
     assert "all_reduce sum float32" in culprit["reason"]
+
+
+def test_a_job_far_below_its_nodes_nic_rate_is_named_below_the_nics_line_rate(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    from accelbackends.testing.tree import FakeTree
+
+    # Each node declares one 2 Gb/s InfiniBand port (0.25 GB/s) in a fake sysfs tree, the NIC
+    # facts `info` reads; the slowed node holds every collective to 100 Mbit/s, a 20th of it.
+    tree = FakeTree(tmp_path / "root").infiniband("mlx5_0", 2)
+    slowed = fabric.nodes[1]
+    _slow(fabric, slowed, on=True)
+    try:
+        run = _check(
+            fabric.nodes,
+            "--json",
+            *SWEEP,
+            "--failing-nodes",
+            str(tmp_path / "failing.txt"),
+            ACCELBACKENDS_PROBE_ROOT=str(tree.root),
+        )
+    finally:
+        _slow(fabric, slowed, on=False)
+    report = _report(run)
+    from accelbackends.cli.check.report import verdict
+
+    print(verdict(report))  # the operator's view, shown with pytest -s
+    assert run.returncodes[0] == 1, run.stderr
+    assert report["floors"]["nic_gbps"] == 2.0
+    (named,) = [s for s in report["signatures"] if s.startswith("below the NIC's line rate: ")]
+    assert named.endswith("under 0.5 x the 2 Gb/s (0.25 GB/s) of the slowest node's NIC")
+    # Every rank took part in the collectives: the job fails without the signature naming a node.
+    assert named in report["unpinned"] and named in report["problems"]
