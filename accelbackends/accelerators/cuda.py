@@ -348,6 +348,31 @@ def _links(probe: Probe) -> list[DeviceLinks]:
     ]
 
 
+def _device_model(
+    probe: Probe,
+    address: str | None,
+    gpu: GpuLinks | None,
+    no_nvml: str,
+    source: str,
+    sources: dict[str, str],
+    missing: dict[str, str],
+) -> str | None:
+    """The GPU's model from NVML, else from the driver's information file; notes each source."""
+    if gpu:
+        sources["model"] = sources["nvlink"] = sources["health"] = f"NVML ({source})"
+        if "nvlink" in missing:
+            del sources["nvlink"]
+        return gpu.name
+    missing |= {"nvlink": no_nvml, "health": no_nvml}
+    information = probe.path(f"/proc/driver/nvidia/gpus/{address}/information")
+    model = sysfs.read_keyed(information, ":").get("Model") if address else None
+    if model:
+        sources["model"] = str(information)
+    else:
+        missing["model"] = no_nvml
+    return model
+
+
 def _device_links(
     probe: Probe,
     index: int,
@@ -358,19 +383,7 @@ def _device_links(
 ) -> DeviceLinks:
     sources: dict[str, str] = {}
     missing: dict[str, str] = dict(gpu.missing) if gpu else {}
-    model = gpu.name if gpu else None
-    if gpu:
-        sources["model"] = sources["nvlink"] = sources["health"] = f"NVML ({source})"
-        if "nvlink" in missing:
-            del sources["nvlink"]
-    else:
-        missing |= {"nvlink": no_nvml, "health": no_nvml}
-        information = probe.path(f"/proc/driver/nvidia/gpus/{address}/information")
-        model = sysfs.read_keyed(information, ":").get("Model") if address else None
-        if model:
-            sources["model"] = str(information)
-        else:
-            missing["model"] = no_nvml
+    model = _device_model(probe, address, gpu, no_nvml, source, sources, missing)
     pcie: PcieLink | None = None
     numa = None
     if address is not None and (gpu is None or gpu.pci is None):

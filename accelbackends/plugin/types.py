@@ -309,6 +309,9 @@ class BackendOptions:
         device_id: Any = None,
         pg_options: Any = None,
         env_defaults: Mapping[str, str] | None = None,
+        device_identity: str = "",
+        device_shown: str = "",
+        exclusive_device: str = "",
         *,
         backend: str | None = None,
     ) -> None:
@@ -332,6 +335,9 @@ class BackendOptions:
             ("device_id", device_id),
             ("pg_options", pg_options),
             ("env_defaults", {} if env_defaults is None else env_defaults),
+            ("device_identity", device_identity),
+            ("device_shown", device_shown),
+            ("exclusive_device", exclusive_device),
         ):
             object.__setattr__(self, name, value)
         self.__post_init__()
