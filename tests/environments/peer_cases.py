@@ -492,3 +492,38 @@ WORKER_INFO = [
         Refused("RANK=5 must be less than WORLD_SIZE=5"),
     ),
 ]
+
+#: Ray Train's ``python/ray/train/v2/tests/test_torch_backend.py`` (Ray 2.5x, Train V2), run
+#: with `accelbackends.integrations.ray.TorchConfig` in place of Ray's: (the TorchConfig's
+#: arguments and the driver's variables, what Ray's test asserts, what ours does).
+#: ``ray_backend_cases.py`` runs them in one local Ray session.
+RAY_TORCH_BACKEND = [
+    PeerCase(
+        "Ray test_torch_start_shutdown",
+        {"config": {"init_method": "env"}, "env": {}},
+        "a group of 2 in every worker",
+        "a group of 2 in every worker",
+    ),
+    PeerCase(
+        "Ray test_torch_start_shutdown",
+        {"config": {"init_method": "tcp"}, "env": {}},
+        "a group of 2 in every worker",
+        Refused("TorchConfig(init_method='tcp') is not used"),
+        disagreement="accelbackends makes the rendezvous itself (its store, the membership "
+        "proof, its timeouts): a tcp:// init_method would be ignored, so it is refused when "
+        "the TorchConfig is made, naming the argument",
+    ),
+    # Ray's shutdown timeout of the process group, 0 included: training still completes.
+    PeerCase(
+        "Ray test_torch_process_group_shutdown_timeout",
+        {"config": {}, "env": {"TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S": "5"}},
+        "fit completes",
+        "fit completes",
+    ),
+    PeerCase(
+        "Ray test_torch_process_group_shutdown_timeout",
+        {"config": {}, "env": {"TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S": "0"}},
+        "fit completes",
+        "fit completes",
+    ),
+]

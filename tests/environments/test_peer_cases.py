@@ -3,7 +3,12 @@ and every answer that differs from the peer's carries the reason it differs on p
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +16,13 @@ import pytest
 
 from accelbackends import ConfigError
 from accelbackends.environments import _hostlist
+from accelbackends.testing.cluster import clean_environment
 
 from .peer_cases import (
     JSRUN_ENVIRONMENT,
     LIGHTNING_ENVIRONMENTS,
     LIGHTNING_FIRST_HOSTS,
+    RAY_TORCH_BACKEND,
     SUBMITIT_HOSTLISTS,
     WORKER_INFO,
     PeerCase,
@@ -30,11 +37,12 @@ ALL = [
     *LIGHTNING_ENVIRONMENTS,
     JSRUN_ENVIRONMENT,
     *WORKER_INFO,
+    *RAY_TORCH_BACKEND,
 ]
 
 
 def _id(case: PeerCase) -> str:
-    given = case.given if isinstance(case.given, str) else ",".join(sorted(case.given))
+    given = case.given if isinstance(case.given, str) else ",".join(sorted(map(str, case.given)))
     return f"{case.peer}: {given!r}"[:90]
 
 
@@ -93,3 +101,42 @@ def test_lightnings_environment_fixtures_are_recognised_as_recorded(
 @pytest.mark.parametrize("case", WORKER_INFO, ids=_id)
 def test_torchs_proposed_worker_info_validation_cases_as_recorded(case: PeerCase) -> None:
     _answer(case.ours, lambda: fields(cluster(case.given)))
+
+
+@pytest.fixture(scope="module")
+def ray_answers(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """What `ray_backend_cases.py` answered for each case of `RAY_TORCH_BACKEND`, in one Ray
+    session."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install 'ray[train]'; .ci/engines.sh does)")
+    out = tmp_path_factory.mktemp("ray-peer")
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "ray_backend_cases.py"), str(out)],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=360,
+        env={
+            **clean_environment(os.environ),
+            "PYTHONUNBUFFERED": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        },
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return [json.loads((out / f"case{i}.json").read_text()) for i in range(len(RAY_TORCH_BACKEND))]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("index", range(len(RAY_TORCH_BACKEND)))
+def test_rays_torch_backend_cases_with_accelbackends_torch_config(
+    index: int, ray_answers: list[str]
+) -> None:
+    case = RAY_TORCH_BACKEND[index]
+    answer = ray_answers[index]
+    if isinstance(case.ours, Refused):
+        assert answer.startswith("refused: ") and case.ours.says in answer, answer
+    else:
+        assert answer == case.ours
