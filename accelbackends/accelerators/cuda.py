@@ -465,9 +465,15 @@ def _bind(request: BindRequest) -> Any:
 
 
 def eager_init(
-    env: Mapping[str, str], torch_version: str, *, binds_at_creation: bool = False
+    env: Mapping[str, str],
+    torch_version: str,
+    *,
+    binds_at_creation: bool = False,
+    world_size: int = 2,
 ) -> bool:
-    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else on where
+    """Whether to pass ``device_id=`` (eager NCCL init): `EAGER_INIT` if set, else off for a
+    world of one rank (no peer to connect to, and a bound one-rank group has failed with CUDA
+    error 600 where a side group was split from it: deepspeedai/DeepSpeed#8248), else on where
     the backend binds its GPU when the group is created (``binds_at_creation``: torch 2.15's
     ``ProcessGroupNCCL2``, see `torchcompat.nccl_binds_at_creation`), else on from
     `EAGER_INIT_SAFE_FROM`."""
@@ -481,6 +487,8 @@ def eager_init(
                 "init_process_group (added in 2.3); unset it or upgrade torch"
             )
         return wanted
+    if world_size == 1:
+        return False
     if binds_at_creation:
         return True
     return EAGER_INIT_SAFE_FROM is not None and release >= EAGER_INIT_SAFE_FROM
@@ -558,9 +566,19 @@ def nccl_options(
     if switch is not None:
         raise ConfigError(switch)
     binds = torchcompat.nccl_binds_at_creation(request.backend, torch_version, request.env)
-    eager = eager_init(request.env, torch_version, binds_at_creation=binds)
+    eager = eager_init(
+        request.env,
+        torch_version,
+        binds_at_creation=binds,
+        world_size=request.cluster.world_size,
+    )
     if binds and not eager and device_count:
-        _refuse_another_gpu(request, torch_version, device_count)
+        if config.read_name(request.env, EAGER_INIT) is not None:
+            _refuse_another_gpu(request, torch_version, device_count)
+        else:
+            # A world of one, lazy by default: device_id only where it is the one way to the
+            # bound GPU (torch would pick another from LOCAL_RANK or the rank).
+            eager = _torch_picks(request, device_count) != _index(request.device)
     env_defaults: dict[str, str] = {}
     if device_count and shared_gpus_planned(
         local_world_size=request.cluster.local_world_size,
@@ -599,11 +617,16 @@ def nccl_options(
     )
 
 
-def _refuse_another_gpu(request: OptionsRequest, torch_version: str, device_count: int) -> None:
-    bound = _index(request.device)
-    picked = torchcompat.nccl_device_at_creation(
+def _torch_picks(request: OptionsRequest, device_count: int) -> int:
+    """The GPU torch 2.15's NCCL takes without ``device_id``."""
+    return torchcompat.nccl_device_at_creation(
         device_id=None, env=request.env, rank=request.cluster.rank, device_count=device_count
     )
+
+
+def _refuse_another_gpu(request: OptionsRequest, torch_version: str, device_count: int) -> None:
+    bound = _index(request.device)
+    picked = _torch_picks(request, device_count)
     if picked != bound:
         source = (
             f"LOCAL_RANK={request.env['LOCAL_RANK']}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..job import affinity, worldcheck
@@ -95,6 +95,11 @@ def collect(
                 "device_count": c.detection.device_count,
                 "priority": c.spec.priority,
                 "backends": list(c.spec.backends),
+                "refused_backends": torchcompat.refused_backends(
+                    c.spec.backends, torch_section["version"]
+                )
+                if torch_section["version"]
+                else {},
                 "default_backend": c.spec.default_backend,
                 "reason": c.detection.reason,
                 "refusal": c.detection.refusal or None,
@@ -356,7 +361,9 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
         for acc in report["accelerators"]:
             backends = ",".join(
-                f"{b}*" if b == acc["default_backend"] else b for b in acc["backends"]
+                f"{b}*" if b == acc["default_backend"] else b
+                for b in acc["backends"]
+                if b not in acc["refused_backends"]
             )
             rows.append(
                 [
@@ -371,6 +378,15 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             )
         lines += aligned(rows, "  ", width)
         lines.append("  (* default backend)")
+        for acc in report["accelerators"]:
+            reasons: dict[str, list[str]] = {}
+            for backend, why in acc["refused_backends"].items():
+                reasons.setdefault(why, []).append(backend)
+            lines += [
+                f"  {acc['name']}: {', '.join(names)} refused on torch "
+                f"{report['torch']['version']}: {why}"
+                for why, names in reasons.items()
+            ]
         for acc in report["accelerators"]:
             if acc.get("expected_busbw_gbps"):
                 lines.append(
@@ -481,7 +497,7 @@ def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
         and not key.startswith(config.PREFIX)
     }
     lines = [
-        "<!-- accelbackends info --report: paste everything below into the issue -->",
+        f"<!-- accelbackends info --report: {_where_to_report(project_urls())} -->",
         "```text",
         f"accelbackends {report['versions']['accelbackends']}",
         f"platform: {report['platform']}",
@@ -500,6 +516,42 @@ def render_bug_report(report: dict[str, Any], argv: list[str]) -> str:
         "```",
     ]
     return "\n".join(lines)
+
+
+#: The labels of a package's ``Project-URL`` that name its issue tracker (compared lowercased,
+#: without spaces, dashes or underscores, as packaging tools normalise them).
+_TRACKER_LABELS = ("issues", "issuetracker", "bugtracker", "bugs", "tracker", "bugreports")
+
+
+def project_urls(distribution: str = "accelbackends") -> list[str]:
+    """The ``Project-URL`` entries (``"Label, https://..."``) of ``distribution``'s installed
+    metadata (``[project.urls]`` in its pyproject), empty where it has none."""
+    from importlib import metadata
+
+    try:
+        return list(metadata.metadata(distribution).get_all("Project-URL") or [])
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def issue_tracker(urls: Sequence[str]) -> str | None:
+    """The address of the issue tracker among ``Project-URL`` entries, or None."""
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        key = "".join(c for c in label.lower() if c not in " -_.")
+        if key in _TRACKER_LABELS and url.strip():
+            return url.strip()
+    return None
+
+
+def _where_to_report(urls: Sequence[str]) -> str:
+    tracker = issue_tracker(urls)
+    if tracker is not None:
+        return f"paste everything below into a new issue at {tracker}"
+    return (
+        "paste everything below into a bug report; this accelbackends names no issue tracker "
+        "(its package metadata has no Issues project URL), so send it to whoever provided it"
+    )
 
 
 def render_affinity(report: Mapping[str, Any]) -> list[str]:

@@ -25,9 +25,17 @@ from ..environments import lightning as lightning_environment
 from ..plugin.errors import AccelBackendsError, InitError
 from ..plugin.types import Context
 
-__all__ = ["problem", "watch"]
+__all__ = ["problem", "refused", "watch"]
 
 _watching = False
+#: The refusals the hook raised, so that the environment check at exit does not say the same
+#: again where one of them ends the process (Lightning has rewritten ``WORLD_SIZE`` by then).
+_refusals: list[InitError] = []
+
+
+def refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a refusal of this module's hook."""
+    return any(exc is r for r in _refusals)
 
 
 def problem(env: Mapping[str, str], context: Context) -> str | None:
@@ -69,6 +77,8 @@ def watch(current: Callable[[], Context | None]) -> None:
             return
         found = problem({str(k): str(v) for k, v in args[3].items()}, context)
         if found is not None:
-            raise InitError(found)
+            error = InitError(found)
+            _refusals.append(error)
+            raise error
 
     sys.addaudithook(hook)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..environments.variables import env_variables
 from ..plugin.errors import InitError
+from . import children
 
 __all__ = ["DEEPSPEED_ACCELERATORS", "export", "job_variables", "restore"]
 
@@ -104,6 +105,10 @@ def _check_at_exit() -> None:
     `destroy()` must not exit 0 then. An exception in an exit handler would not change the
     exit status, so the process ends with status 1 here."""
     if not _exported_for:
+        return
+    # The process is ending on the refusal of a Lightning rank of another world (raised out of
+    # Lightning's Popen): the same disagreement, already said, and the exit status is 1.
+    if children.refused(getattr(sys, "last_value", None)):
         return
     try:
         check(_exported_for[0], after_init=True)

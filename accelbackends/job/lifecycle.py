@@ -767,7 +767,9 @@ def _destroy_at_exit() -> None:
     if _state is None:
         return
     try:
-        destroy()
+        # Ending on the refusal of a Lightning rank of another world: the environment check
+        # would say the same disagreement a second time (Lightning rewrote WORLD_SIZE first).
+        _destroy(check_environment=not children.refused(getattr(sys, "last_value", None)))
     except InitError as exc:
         sys.stderr.write(f"accelbackends: InitError: {exc}\n")
         sys.stderr.flush()
@@ -779,6 +781,10 @@ def _destroy_at_exit() -> None:
 def destroy() -> None:
     """Tear down the process group made by [`init`][accelbackends.init]; a no-op when there is
     none."""
+    _destroy(check_environment=True)
+
+
+def _destroy(*, check_environment: bool) -> None:
     global _state
     if _state is None:
         return
@@ -790,7 +796,8 @@ def destroy() -> None:
     try:
         # A framework that rewrote the job's variables after init() (Lightning starting
         # processes of its own beside a one-rank group) ran a different job: say so.
-        _environment.check(state.context, after_init=True)
+        if check_environment:
+            _environment.check(state.context, after_init=True)
     finally:
         # The process group, then the store, then the variables init() set (those the user
         # has not changed since).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "nccl_switch_problem",
     "privateuse1_backend_name",
     "process_group_backend",
+    "refused_backends",
     "register_device_module",
     "release",
     "store_on_listening_socket",
@@ -302,6 +303,13 @@ def nccl_backend_problem(backend: str, torch_version: str) -> str | None:
             f"{', '.join(NCCL2_BACKENDS)}); use 'nccl'"
         )
     return None
+
+
+def refused_backends(backends: Sequence[str], torch_version: str) -> dict[str, str]:
+    """The names among ``backends`` that ``init()`` refuses on torch ``torch_version``, each
+    with why, worded without the name so that names refused for one reason share a line."""
+    added = f"torch {NCCL2_FROM[0]}.{NCCL2_FROM[1]} added {', '.join(NCCL2_BACKENDS)}; use 'nccl'"
+    return {b: added for b in backends if nccl_backend_problem(b, torch_version) is not None}
 
 
 def nccl_binds_at_creation(backend: str, torch_version: str, env: Mapping[str, str]) -> bool:

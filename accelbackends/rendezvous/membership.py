@@ -41,6 +41,10 @@ __all__ = [
     "SECRET",
     "Admission",
     "Secret",
+    "WAIT_OPEN",
+    "WAIT_STORE",
+    "WAIT_VERDICT",
+    "Waiting",
     "admit",
     "info_line",
     "load_secret",
@@ -211,8 +215,10 @@ def admit(
                 f"another process before rank 0 started it; {_port_hint(where)}",
             )
     else:
+        waiting = Waiting(rank, where, deadline, join_timeout)
         found = store.get_within("nonce", min(deadline - time.monotonic(), _NONCE_POLL))
         while found is None and deadline - time.monotonic() > 0:
+            waiting(WAIT_OPEN)
             # This job's rank 0 may have found the port taken by another job and said so in
             # the store this rank reached (the other job's): fail now, not at the timeout.
             conflict = _conflict(store)
@@ -293,7 +299,9 @@ def open_attempt(
         raw.set(key, str(generation))
         return generation
     store = _Store(raw, job_prefix)
+    waiting = Waiting(rank, where, deadline, join_timeout)
     while True:
+        waiting(WAIT_OPEN)
         found = store.get_within("open", min(deadline - time.monotonic(), _NONCE_POLL))
         if found is not None:
             try:
@@ -356,6 +364,46 @@ def _unproven_joiner(store: _Store, world_size: int, where: str) -> str | None:
             f"proof of membership (the join counter is not this job's); {_port_hint(where)}"
         )
     return None
+
+
+class Waiting:
+    """What a rank other than 0 waits for and since when, said every `PROGRESS_EVERY` seconds
+    of the rendezvous (rank 0 says who is missing instead): without it such a rank stayed
+    silent for the whole rendezvous timeout while rank 0 never came."""
+
+    def __init__(self, rank: int, where: str, deadline: float, join_timeout: float) -> None:
+        self.rank, self.where, self.limit = rank, where, join_timeout
+        self.started = deadline - join_timeout
+        began = time.time() - (time.monotonic() - self.started)
+        self.since = time.strftime("%H:%M:%S", time.localtime(began))
+        self.next = self._after(time.monotonic())
+
+    def _after(self, now: float) -> float:
+        """The first report time after ``now``, on the rendezvous' own cadence (so that the
+        waits of one rendezvous, each with its own `Waiting`, report like one)."""
+        return self.started + PROGRESS_EVERY * (int((now - self.started) // PROGRESS_EVERY) + 1)
+
+    def __call__(self, what: str) -> None:
+        """Say that this rank waits for ``what``, where a report is due."""
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = self._after(now)
+        log.warning(
+            "rank %d: waiting for %s at %s since %s (%.0f s of %g s)",
+            self.rank,
+            what,
+            self.where,
+            self.since,
+            now - self.started,
+            self.limit,
+        )
+
+
+#: What the other ranks wait for, in the words of `Waiting`.
+WAIT_STORE = "rank 0's rendezvous store (nothing answers there yet: is rank 0 running?)"
+WAIT_OPEN = "rank 0 to open the rendezvous (its store answers)"
+WAIT_VERDICT = "rank 0's verdict (it admits the job once every rank has joined)"
 
 
 def _progress(missing: list[int], world_size: int, waited: float, limit: float) -> str:
@@ -704,7 +752,16 @@ def _await_verdict(
     join_timeout: float,
     where: str,
 ) -> None:
-    found = store.get_within("verdict", deadline + _VERDICT_GRACE - time.monotonic())
+    waiting = Waiting(rank, where, deadline, join_timeout)
+    limit = deadline + _VERDICT_GRACE
+    found = None
+    while time.monotonic() < limit:
+        # In steps, so that this rank says what it waits for; `_Store.wait` polls ``check``,
+        # which logs nothing where a timed-out TCPStore get would.
+        if store.wait(["verdict"], min(_TICK, limit - time.monotonic())):
+            found = store.get("verdict")
+            break
+        waiting(WAIT_VERDICT)
     if found is None:
         conflict = _conflict(store)
         if conflict:

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -145,11 +145,18 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         f"{seconds:g} s: nothing accepts connections there; is rank 0 running, and is the "
         "address reachable from this node?"
     )
+    report = membership.Waiting(cluster.rank, where, deadline, seconds)
+
+    def waiting() -> None:
+        report(membership.WAIT_STORE)
+
     if network.is_this_host(cluster.master_addr):
         limit = min(deadline, time.monotonic() + _LISTEN_WAIT)
-        if _until_listening(cluster.master_port, limit) is False and limit == deadline:
+        if _until_listening(cluster.master_port, limit, waiting) is False and limit == deadline:
             raise RendezvousError(nobody_listens)
-    peer, probe, error = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    peer, probe, error = storewire.probe(
+        cluster.master_addr, cluster.master_port, deadline, waiting
+    )
     if probe is not None:
         probe.close()
     if peer is storewire.Peer.NOBODY:
@@ -183,7 +190,9 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
         ) from None
 
 
-def _until_listening(port: int, deadline: float) -> bool | None:
+def _until_listening(
+    port: int, deadline: float, waiting: Callable[[], None] | None = None
+) -> bool | None:
     """Wait, without connecting, until something on this host listens on ``port``.
 
     A torch store client that is refused (rank 0 not listening yet) sleeps 0.25-0.75 s before
@@ -198,6 +207,8 @@ def _until_listening(port: int, deadline: float) -> bool | None:
         listens = network.listening(port)
         if listens is not False or time.monotonic() >= deadline:
             return listens
+        if waiting is not None:
+            waiting()
         time.sleep(_LISTEN_POLL)
 
 

@@ -26,6 +26,7 @@ import enum
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 __all__ = ["Peer", "StoreClient", "probe"]
 
@@ -80,13 +81,16 @@ class StoreClient:
         self._sock.close()
 
 
-def probe(host: str, port: int, deadline: float) -> tuple[Peer, StoreClient | None, str]:
+def probe(
+    host: str, port: int, deadline: float, waiting: Callable[[], None] | None = None
+) -> tuple[Peer, StoreClient | None, str]:
     """Ask ``host:port`` until ``deadline`` whether a torch store answers there.
 
     A refused or unreachable connection is tried again every few milliseconds (the store may
-    not listen yet); an accepted one is waited on until the deadline, which also covers a store
-    that answers late (the 5-second stall of docs/performance.md). Returns what answered, a
-    connected client when it was a store (the caller closes it), and the last error in words."""
+    not listen yet), calling ``waiting`` before each new try; an accepted one is waited on until
+    the deadline, which also covers a store that answers late (the 5-second stall of
+    docs/performance.md). Returns what answered, a connected client when it was a store (the
+    caller closes it), and the last error in words."""
     error = "no answer"
     while True:
         remaining = deadline - time.monotonic()
@@ -101,6 +105,8 @@ def probe(host: str, port: int, deadline: float) -> tuple[Peer, StoreClient | No
                 if untaken:
                     error = "a connection attempt timed out"
                 return (Peer.UNTAKEN if untaken else Peer.NOBODY), None, error
+            if waiting is not None:
+                waiting()
             time.sleep(_RETRY)
             continue
         client = StoreClient(sock, deadline)

@@ -69,6 +69,28 @@ def _device_all_reduce(device: Any, value: float) -> tuple[float | None, bool]:
     return float(tensor.item()), True
 
 
+def _side_groups(rank: int, world_size: int, device: Any) -> dict[str, float | None]:
+    """Side groups made after ``init()``, as training code makes them: one of rank 0 alone (a
+    weight-update group, NVIDIA-NeMo/RL#3189) and one of every rank, each all-reduced on
+    ``device`` by its members. Every rank calls `new_group` for each, members or not: where the
+    world group is bound to a GPU (eager init; torch 2.15's NCCL) torch splits the side group
+    from it with ``ncclCommSplit``, which every rank of the world group must join."""
+    import torch
+    import torch.distributed as dist
+
+    sums: dict[str, float | None] = {}
+    for name, ranks in (("alone", [0]), ("all", list(range(world_size)))):
+        group = dist.new_group(ranks)
+        if rank not in ranks:
+            sums[name] = None
+            continue
+        tensor = torch.tensor([float(rank + 1)], device=device)
+        dist.all_reduce(tensor, group=group)
+        sums[name] = float(tensor.item())
+    dist.barrier()
+    return sums
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -84,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="import MODULE before init (repeatable, in order)",
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="collective timeout, s")
+    parser.add_argument(
+        "--side-groups",
+        action="store_true",
+        help="also make side groups with new_group and all-reduce on them (reported as "
+        "side_groups)",
+    )
     args = parser.parse_args(argv)
 
     import accelbackends
@@ -121,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "env": {name: os.environ.get(name) for name in _REPORTED_VARIABLES},
                 "fakes": _observations(),
             }
+            if args.side_groups:
+                report["side_groups"] = _side_groups(
+                    ctx.rank, ctx.world_size, device if on_device else torch.device("cpu")
+                )
     except Exception as exc:
         print(ERROR_PREFIX + json.dumps({"type": type(exc).__name__, "message": str(exc)}))
         return 1

@@ -344,3 +344,68 @@ def test_info_warns_about_a_master_addr_that_does_not_resolve_without_failing(cl
     cluster = json.loads(result.stdout)["cluster"]
     assert cluster["error"] is None
     assert "'no-such-host.invalid' does not resolve here" in cluster["warning"]
+
+
+def test_info_report_without_a_tracker_in_the_metadata_says_so_instead_of_the_issue(
+    cli: Cli,
+) -> None:
+    """Before: "paste everything below into the issue", naming no tracker."""
+    from accelbackends.cli.info import issue_tracker, project_urls
+
+    out = cli("info", "--report").stdout
+    header = out.splitlines()[0]
+    if issue_tracker(project_urls()) is None:
+        assert "names no issue tracker" in header and "the issue" not in header
+    else:
+        assert f"a new issue at {issue_tracker(project_urls())}" in header
+
+
+@pytest.mark.parametrize(
+    ("urls", "tracker"),
+    [
+        (
+            ["Homepage, https://example.org", "Issues, https://example.org/t"],
+            "https://example.org/t",
+        ),
+        (["Bug Tracker, https://example.org/bugs"], "https://example.org/bugs"),
+        (["bug-tracker,https://example.org/b"], "https://example.org/b"),
+        (["Documentation, https://example.org/docs"], None),
+        ([], None),
+    ],
+)
+def test_issue_tracker_is_the_project_url_labelled_for_issues(
+    urls: list[str], tracker: str | None
+) -> None:
+    from accelbackends.cli.info import _where_to_report, issue_tracker
+
+    assert issue_tracker(urls) == tracker
+    if tracker is not None:
+        assert _where_to_report(urls) == f"paste everything below into a new issue at {tracker}"
+
+
+def test_info_lists_only_the_backends_init_accepts_on_the_installed_torch(cli: Cli) -> None:
+    """Before: on torch 2.13 the cuda row listed nccl2, nccl-lazy and nccl-legacy, which init()
+    refuses there."""
+    from accelbackends.plugin import torchcompat
+
+    report = json.loads(cli("info", "--json").stdout)
+    version = report["torch"]["version"]
+    cuda = next(acc for acc in report["accelerators"] if acc["name"] == "cuda")
+    refused = {b for b in cuda["backends"] if torchcompat.nccl_backend_problem(b, version)}
+    assert set(cuda["refused_backends"]) == refused
+    row = next(line for line in cli("info").stdout.splitlines() if line.startswith("  cuda "))
+    listed = row.split()[4].replace("*", "").split(",")
+    assert set(listed) == set(cuda["backends"]) - refused and "nccl" in listed
+    if refused:  # torch before 2.15
+        assert (
+            f"  cuda: nccl2, nccl-lazy, nccl-legacy refused on torch {version}: torch 2.15 added "
+            "nccl2, nccl-lazy, nccl-legacy; use 'nccl'" in cli("info").stdout
+        )
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.13.0+cpu", 3), ("2.15.0+cu132", 0)])
+def test_refused_backends_follow_the_torch_version(version: str, refused: int) -> None:
+    from accelbackends.plugin import torchcompat
+
+    names = ("nccl", *torchcompat.NCCL2_BACKENDS, "gloo")
+    assert len(torchcompat.refused_backends(names, version)) == refused

@@ -40,8 +40,8 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(nprocs: int, **env: str) -> list[dict[str, Any]]:
-    argv = [sys.executable, "-m", "accelbackends.testing.rank_program", "--root", "/"]
+def run(nprocs: int, *extra: str, **env: str) -> list[dict[str, Any]]:
+    argv = [sys.executable, "-m", "accelbackends.testing.rank_program", "--root", "/", *extra]
     results = launch_ranks(argv, nprocs, env=_env(**env), timeout=300)
     return [parse(result.stdout) | {"stderr": result.stderr[-3000:]} for result in results]
 
@@ -104,6 +104,32 @@ def test_torch_2_15_nccl_is_bound_to_the_gpu_accelbackends_bound(eager: str) -> 
             assert report["device"] == f"cuda:{rank}"
             assert report["bound_device"] == report["device"], report
             assert report["device_sum"] == float(n * (n + 1) // 2)
+
+
+def test_a_world_of_one_inits_lazily_and_makes_side_groups_on_its_gpu() -> None:
+    """A one-rank job gets no device_id (deepspeedai/DeepSpeed#8248: CUDA error 600 where a
+    side group was split from a bound one-rank group) and side groups still work."""
+    (report,) = run(1, "--side-groups")
+    assert "error" not in report, report
+    assert report["device"] == "cuda:0" and report["device_sum"] == 1.0
+    assert report["side_groups"] == {"alone": 1.0, "all": 1.0}, report
+
+
+@pytest.mark.parametrize("eager", ["1", ""])
+def test_side_groups_made_after_an_eager_init_communicate(eager: str) -> None:
+    """new_group after a bound world group (ACCELBACKENDS_EAGER_INIT=1; on torch 2.15 the
+    default) is split from it with ncclCommSplit: a group of rank 0 alone and one of every
+    rank, made by every rank, all-reduce on each member's GPU (NVIDIA-NeMo/RL#3189 hung
+    where only the members made the group)."""
+    if not eager and torchcompat.release() < torchcompat.NCCL2_FROM:
+        pytest.skip(f"torch {torch.__version__} binds the world group only with EAGER_INIT=1")
+    n = gpus()
+    env = {"ACCELBACKENDS_EAGER_INIT": eager} if eager else {}
+    for rank, report in enumerate(run(n, "--side-groups", **env)):
+        assert "error" not in report, report
+        assert report["bound_device"] == report["device"], report
+        alone = 1.0 if rank == 0 else None
+        assert report["side_groups"] == {"alone": alone, "all": float(n * (n + 1) // 2)}
 
 
 def test_one_gpu_made_visible_is_cuda_0_for_the_process() -> None:

@@ -4,6 +4,8 @@ where `sys.modules` would hold it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 
@@ -12,6 +14,7 @@ import pytest
 from accelbackends import InitError
 from accelbackends.job import children, frameworks
 from accelbackends.plugin.types import Context
+from accelbackends.testing.cluster import clean_environment
 
 
 def _fake_accelerate(monkeypatch: pytest.MonkeyPatch, **shared: object) -> None:
@@ -76,3 +79,44 @@ def test_other_children_are_left_alone() -> None:
     assert children.problem({"PATH": "/bin"}, _context(1)) is None  # not a rank at all
     torchrun_rank = {**LIGHTNING_CHILD, "RANK": "1"}
     assert children.problem(torchrun_rank, _context(1)) is None  # not Lightning's shape
+
+
+#: A script that made a one-rank group, then does what Lightning's launcher does under
+#: ``python train.py``: rewrites WORLD_SIZE and starts rank 1 (``refuse``), or only rewrites it.
+_LIGHTNING_PARENT = """
+import os, subprocess, sys
+import accelbackends
+accelbackends.init()
+os.environ["WORLD_SIZE"] = "2"
+if sys.argv[1] == "start-rank-1":
+    child = {**os.environ, "LOCAL_RANK": "1", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "29400"}
+    subprocess.Popen([sys.executable, "-c", "pass"], env=child)
+print("TRAINED ALONE")
+"""
+
+
+@pytest.mark.parametrize("what", ["start-rank-1", "rewrite-only"])
+def test_a_refused_lightning_rank_is_said_once_and_a_rewritten_world_at_exit(what: str) -> None:
+    """Before: the refusal of rank 1 ended the process, then the exit check said the same
+    disagreement again (WORLD_SIZE=2, the group: 1): two InitErrors for one mistake."""
+    env = {
+        key: value
+        for key, value in clean_environment(os.environ).items()
+        if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _LIGHTNING_PARENT, what],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.count("InitError:") == 1, result.stderr[-3000:]
+    if what == "start-rank-1":
+        assert "Lightning is starting rank 1 of a world of 2" in result.stderr
+        assert "TRAINED ALONE" not in result.stdout
+    else:  # nothing refused on the way: the exit check is the one that says it
+        assert "disagrees with this process's environment: WORLD_SIZE=2" in result.stderr

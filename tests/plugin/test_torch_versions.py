@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +25,9 @@ from accelbackends.accelerators import cuda
 from accelbackends.job import lifecycle
 from accelbackends.plugin import OptionsRequest, torchcompat
 from accelbackends.rendezvous.store import Rendezvous, host_loopback_store
-from accelbackends.testing import FakeStack
+from accelbackends.testing import FakeStack, launch_ranks
+from accelbackends.testing.cluster import clean_environment
+from accelbackends.testing.rank_program import parse
 
 TORCH = str(torch.__version__)
 
@@ -116,6 +119,29 @@ def test_eager_init_off_on_torch_2_15_refuses_when_torch_would_pick_another_gpu(
     assert "TORCH_DIST_USE_NCCL2=0" in message and cuda.EAGER_INIT in message
 
 
+def test_a_world_of_one_on_torch_2_15_gets_no_device_id_where_torch_picks_the_bound_gpu() -> None:
+    """Before: device_id went to init_process_group at world size 1 too, where eager init has
+    no peer to connect to and has failed with CUDA error 600 (deepspeedai/DeepSpeed#8248)."""
+    alone = _cluster(rank=0, local_rank=0, world_size=1)
+    options = cuda.nccl_options(
+        _request(device="cuda:0", cluster=alone), "2.15.0+cu132", device_count=2
+    )
+    assert options.device_id is None
+    # ACCELBACKENDS_EAGER_INIT=1 still asks for it; a world of two still gets it by default.
+    eager = _request(env={cuda.EAGER_INIT: "1"}, device="cuda:0", cluster=alone)
+    assert cuda.nccl_options(eager, "2.15.0+cu132", device_count=2).device_id == "cuda:0"
+    assert cuda.nccl_options(_request(), "2.15.0+cu132", device_count=2).device_id == "cuda:1"
+
+
+def test_a_world_of_one_keeps_device_id_where_torch_would_pick_another_gpu() -> None:
+    # LOCAL_RANK=1 left by the caller, the rank bound to cuda:0: without device_id torch 2.15
+    # would take cuda:1, so device_id is the one way to the bound GPU (not a refusal, since
+    # nobody asked for lazy init).
+    alone = _cluster(rank=0, local_rank=0, world_size=1)
+    request = _request(env={"LOCAL_RANK": "1"}, device="cuda:0", cluster=alone)
+    assert cuda.nccl_options(request, "2.15.0+cu132", device_count=2).device_id == "cuda:0"
+
+
 @pytest.mark.parametrize("backend", torchcompat.NCCL2_BACKENDS)
 def test_torch_2_15_backend_names_are_refused_by_name_on_older_torch(backend: str) -> None:
     with pytest.raises(InitError, match=rf"torch 2\.13\.0\+cu126 has no '{backend}' backend"):
@@ -157,6 +183,24 @@ def test_local_rank_is_in_the_environment_when_init_process_group_runs(
     local_rank = Registry(env=env).cluster_environment().local_rank
     assert seen == {"LOCAL_RANK": str(local_rank)}
     assert "LOCAL_RANK" not in os.environ
+
+
+def test_side_groups_made_by_every_rank_after_init_communicate_on_the_installed_torch() -> None:
+    """new_group after init(): a group of rank 0 alone and one of every rank, each made by
+    every rank as torch requires where the world group is bound (on a GPU: split from it with
+    ncclCommSplit, tests/gpu), all-reduce on Gloo with the installed torch (2.4 to 2.15)."""
+    argv = [sys.executable, "-m", "accelbackends.testing.rank_program", "--side-groups"]
+    env = {
+        **clean_environment(os.environ),
+        "ACCELBACKENDS_ACCELERATOR": "cpu",
+        "ACCELBACKENDS_DISABLE": "cuda,hpu,xpu",
+    }
+    results = launch_ranks(argv, 2, env=env, timeout=120)
+    reports = [parse(result.stdout) for result in results]
+    assert [r.get("side_groups") for r in reports] == [
+        {"alone": 1.0, "all": 3.0},
+        {"alone": None, "all": 3.0},
+    ], [(r, result.stderr[-2000:]) for r, result in zip(reports, results, strict=True)]
 
 
 # -- differences between torch 2.4 and 2.15 ---------------------------------------------------

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
+import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -15,7 +20,9 @@ import torch.distributed as dist
 
 import accelbackends
 from accelbackends import ClusterInfo, ConfigError, Registry, RendezvousError
+from accelbackends.job import lifecycle
 from accelbackends.rendezvous import membership, network
+from accelbackends.testing.cluster import clean_environment
 
 
 def _free_port() -> int:
@@ -116,6 +123,78 @@ def test_rank_zero_logs_progress_naming_the_missing_ranks(
         m.startswith("waiting for ranks: 1/2 joined (rank 1 missing), ") and m.endswith(" of 3 s")
         for m in progress
     ), progress
+
+
+def _waits(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("accelbackends") and f"waiting for {what}" in r.getMessage()
+    ]
+
+
+def test_rank_waiting_for_a_rank_zero_that_never_comes_says_what_it_waits_for_and_since_when(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: rank 1 printed nothing for the whole rendezvous timeout (rank 0 says who is
+    missing every 10 s)."""
+    monkeypatch.setattr(membership, "PROGRESS_EVERY", 0.3)
+    caplog.set_level(logging.WARNING, logger="accelbackends")
+    port = _free_port()
+    with pytest.raises(RendezvousError, match="nothing accepts connections there"):
+        accelbackends.init(registry=Registry(env=_env(1, port)), rendezvous_timeout=2)
+    said = _waits(caplog, membership.WAIT_STORE)
+    assert said, [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(
+        rf"rank 1: waiting for {re.escape(membership.WAIT_STORE)} at 127\.0\.0\.1:{port} "
+        r"\([^)]*\) since \d\d:\d\d:\d\d \(\d+ s of 2 s\)",
+        said[0],
+    ), said[0]
+
+
+class _EndRankZeroOnceWaitingForItsVerdict(logging.Handler):
+    """Ends ``rank_zero`` when this process says it waits for rank 0's verdict: the wait is
+    then over by that event, not by a timeout racing rank 0's start-up."""
+
+    def __init__(self, rank_zero: subprocess.Popen[bytes]) -> None:
+        super().__init__()
+        self.rank_zero = rank_zero
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if membership.WAIT_VERDICT in record.getMessage() and self.rank_zero.poll() is None:
+            self.rank_zero.kill()
+
+
+def test_rank_admitted_to_a_rank_zero_still_waiting_for_others_says_it_waits_for_the_verdict(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 0 (another process) waits for rank 2, which never comes: rank 1 has joined and
+    says it waits for rank 0's verdict; rank 0 is ended once it has said so."""
+    monkeypatch.setattr(membership, "PROGRESS_EVERY", 0.3)
+    # This process's rank 1 joins a fresh rank 0's first attempt, whatever earlier tests here
+    # joined (a rank waits for an attempt later than the last it joined).
+    monkeypatch.setattr(lifecycle, "_generation", 0)
+    caplog.set_level(logging.WARNING, logger="accelbackends")
+    port = _free_port()
+    env = {**_env(1, port), "WORLD_SIZE": "3", "ACCELBACKENDS_SECRET": secrets.token_hex(32)}
+    rank_zero = subprocess.Popen(
+        [sys.executable, "-c", "import accelbackends; accelbackends.init(rendezvous_timeout=90)"],
+        env={**clean_environment(os.environ), **env, "RANK": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    handler = _EndRankZeroOnceWaitingForItsVerdict(rank_zero)
+    logging.getLogger("accelbackends.rendezvous").addHandler(handler)
+    try:
+        with pytest.raises(RendezvousError, match="rank 0 ended"):
+            accelbackends.init(registry=Registry(env=env), rendezvous_timeout=90)
+    finally:
+        logging.getLogger("accelbackends.rendezvous").removeHandler(handler)
+        rank_zero.kill()
+        rank_zero.wait(timeout=60)
+    said = _waits(caplog, membership.WAIT_VERDICT)
+    assert said and said[0].startswith("rank 1: waiting for rank 0's verdict"), said
+    assert re.search(r"since \d\d:\d\d:\d\d \(\d+ s of 90 s\)$", said[0]), said[0]
 
 
 def test_progress_can_be_silenced_through_logging(
