@@ -43,6 +43,7 @@ from ..plugin.packages import TorchBuild, nccl, torch_build
 from ..plugin.text import plural
 from ..plugin.types import DeviceLinks, PcieLink
 from ._nvml import Gpu, GpuLinks, NvmlReport, query, query_links
+from ._nvml import session as nvml_session
 
 __all__ = [
     "EAGER_INIT",
@@ -53,6 +54,7 @@ __all__ = [
     "PRIORITY",
     "SPEC",
     "Hardware",
+    "nvml_session",
     "eager_init",
     "find_hardware",
     "nccl_options",
