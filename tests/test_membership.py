@@ -658,3 +658,21 @@ def test_choices_are_grouped_by_what_each_rank_chose_with_the_first_ranks_reason
         "rank choose the same (repair the node that chose differently, or set "
         "ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike on every rank)"
     )
+
+
+def test_a_wait_for_store_keys_asks_again_soon_then_less_often(monkeypatch):
+    """Ranks on one host arrive within milliseconds of rank 0: its waits (for the members, then
+    their answers) ask the store again after 1 ms, doubling up to the 50 ms period, instead of
+    sleeping a whole period before the second look."""
+    store = dist.HashStore()
+    names = ["member/1"]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 9:  # the rank arrives during the ninth pause
+            store.set("job/1/member/1", "joined")
+
+    monkeypatch.setattr(membership.time, "sleep", sleep)
+    assert membership._Store(store, "job/1/").wait(names, 3600)
+    assert pauses == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.05]
