@@ -58,13 +58,15 @@ _NONCE_POLL = 1.0
 #: often it says who is still missing.
 _TICK = 1.0
 PROGRESS_EVERY = 10.0
-#: How often a wait for keys asks the store again (one round trip each): first after
-#: `_POLL_FIRST`, then twice as long each time, up to `_POLL`. A fixed 50 ms made every
-#: rendezvous of ranks that arrive within milliseconds of each other (the usual case on one
-#: host) wait out most of a period twice, once for the members and once for their answers:
-#: +70 ms of a 2-rank Gloo ``init()`` that torch initialises in under 10 ms.
+#: How often a wait for keys asks the store again (one round trip each, only rank 0 asks):
+#: first after `_POLL_FIRST`, then twice as long each time, up to `_POLL`. A fixed 50 ms made
+#: every rendezvous of ranks that arrive within milliseconds of each other (the usual case on
+#: one host) wait out most of a period twice, once for the members and once for their answers:
+#: +70 ms of a 2-rank Gloo ``init()`` that torch initialises in under 10 ms. On a busy host the
+#: ranks arrive tens of ms apart, and a longer period is paid again as a late look; 100 looks a
+#: second are nothing to the store.
 _POLL_FIRST = 0.001
-_POLL = 0.05
+_POLL = 0.01
 #: How long the other ranks wait for rank 0's verdict after the rendezvous timeout has passed
 #: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
 _VERDICT_GRACE = 3.0
