@@ -248,14 +248,38 @@ def _why(exc: Exception, source: str) -> str:
 def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     missing: dict[str, str] = {}
-    pci = None
+    pci = _pci_address(nvml, source, handle, missing)
+    pcie = _pcie(nvml, source, handle, missing)
+    nvlinks, total = _nvlinks(nvml, source, handle, missing)
+    health = _health(nvml, source, handle, missing)
+    return GpuLinks(
+        index,
+        _text(nvml.nvmlDeviceGetName(handle)),
+        pci,
+        pcie,
+        nvlinks,
+        total,
+        tuple(health),
+        missing,
+    )
+
+
+def _pci_address(nvml: Any, source: str, handle: Any, missing: dict[str, str]) -> str | None:
     try:
         info = _call(nvml, "nvmlDeviceGetPciInfo", handle)
         pci = _text(getattr(info, "busId", "")).lower() or None
-        if pci is not None and len(pci.split(":")[0]) == 8:  # NVML pads the domain to 8 digits
-            pci = pci[4:]
     except Exception as exc:
         missing["pci"] = _why(exc, source)
+        return None
+    if pci is not None and len(pci.split(":")[0]) == 8:  # NVML pads the domain to 8 digits
+        pci = pci[4:]
+    return pci
+
+
+def _pcie(
+    nvml: Any, source: str, handle: Any, missing: dict[str, str]
+) -> tuple[int | None, int | None, int | None, int | None]:
+    """Current generation and width, then the maximum generation and width."""
     pcie: list[int | None] = []
     for function in (
         "nvmlDeviceGetCurrPcieLinkGeneration",
@@ -268,23 +292,32 @@ def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
         except Exception as exc:
             pcie.append(None)
             missing.setdefault("pcie", _why(exc, source))
-    nvlinks: int | None = None
-    total: int | None = None
+    return pcie[0], pcie[1], pcie[2], pcie[3]
+
+
+def _nvlinks(
+    nvml: Any, source: str, handle: Any, missing: dict[str, str]
+) -> tuple[int | None, int | None]:
+    """NVLinks up and in all; (0, 0) for a GPU without NVLink, (None, None) where unknown."""
     try:
         _call(nvml, "nvmlDeviceGetNvLinkState", handle, 0)
     except AttributeError as exc:
         missing["nvlink"] = _why(exc, source)
+        return None, None
     except Exception:  # link 0 is not supported: this GPU has no NVLink
-        nvlinks, total = 0, 0
-    else:
-        nvlinks, total = 0, 0
-        for link in range(NVLINK_MAX_LINKS):
-            try:
-                state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
-            except Exception:  # beyond this GPU's links
-                continue
-            total += 1
-            nvlinks += 1 if int(state) == 1 else 0
+        return 0, 0
+    up = total = 0
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            state = _call(nvml, "nvmlDeviceGetNvLinkState", handle, link)
+        except Exception:  # beyond this GPU's links
+            continue
+        total += 1
+        up += 1 if int(state) == 1 else 0
+    return up, total
+
+
+def _health(nvml: Any, source: str, handle: Any, missing: dict[str, str]) -> list[str]:
     health: list[str] = []
     try:
         errors = int(
@@ -314,16 +347,7 @@ def _gpu_links(nvml: Any, source: str, index: int) -> GpuLinks:
             health.append(f"throttled: {', '.join(faults)} (reasons 0x{reasons:x})")
     except Exception as exc:
         missing["throttle"] = _why(exc, source)
-    return GpuLinks(
-        index,
-        _text(nvml.nvmlDeviceGetName(handle)),
-        pci,
-        (pcie[0], pcie[1], pcie[2], pcie[3]),
-        nvlinks,
-        total,
-        tuple(health),
-        missing,
-    )
+    return health
 
 
 def query_links(probe: Probe) -> tuple[list[GpuLinks] | None, str, str]:

@@ -168,6 +168,29 @@ def build() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=_Parser, prog=parser.prog
     )
+    _add_info(commands)
+    check = commands.add_parser(
+        "check",
+        help="start (or join) the ranks, verify collectives and measure bandwidth",
+        epilog=_Later(),
+    )
+    _verbose_flag(check, argparse.SUPPRESS)
+    check.deferred = _check_arguments
+    docs = commands.add_parser(
+        "docs",
+        help="list the pages of the user guide that ships with the package, or print one",
+        description="The user guide ships inside the package (Markdown). Without PAGE, list "
+        "the pages; with PAGE (e.g. troubleshooting, launchers/slurm), print it. Exit 2: no "
+        "such page.",
+    )
+    _verbose_flag(docs, argparse.SUPPRESS)
+    docs.add_argument("page", nargs="?", metavar="PAGE", help="the page to print")
+    docs.add_argument("--path", action="store_true", help="print the guide's folder only")
+    return parser
+
+
+def _add_info(commands: Any) -> None:
+    """``info`` and its flags (`main.quick_info_args` reads the same flags without argparse)."""
     info = commands.add_parser(
         "info",
         help="what this node has, what would be chosen and why (does not import torch)",
@@ -197,24 +220,6 @@ def build() -> argparse.ArgumentParser:
         help="ask the imported torch which distributed backends it has (default: read from "
         "torch's build files, without importing it)",
     )
-    check = commands.add_parser(
-        "check",
-        help="start (or join) the ranks, verify collectives and measure bandwidth",
-        epilog=_Later(),
-    )
-    _verbose_flag(check, argparse.SUPPRESS)
-    check.deferred = _check_arguments
-    docs = commands.add_parser(
-        "docs",
-        help="list the pages of the user guide that ships with the package, or print one",
-        description="The user guide ships inside the package (Markdown). Without PAGE, list "
-        "the pages; with PAGE (e.g. troubleshooting, launchers/slurm), print it. Exit 2: no "
-        "such page.",
-    )
-    _verbose_flag(docs, argparse.SUPPRESS)
-    docs.add_argument("page", nargs="?", metavar="PAGE", help="the page to print")
-    docs.add_argument("--path", action="store_true", help="print the guide's folder only")
-    return parser
 
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
