@@ -18,6 +18,8 @@ import contextlib
 import importlib
 import os
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 from ..plugin import Probe, config
 from ..plugin.errors import first_line
 
-__all__ = ["NVML", "Gpu", "GpuLinks", "NvmlReport", "query", "query_links"]
+__all__ = ["NVML", "Gpu", "GpuLinks", "NvmlReport", "query", "query_links", "session"]
 
 NVML = config.NVML
 _MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -77,9 +79,69 @@ def _mig_devices(nvml: Any, handle: Any) -> tuple[str, ...]:
     return tuple(uuids)
 
 
+#: Within `session`: the process that opened it and the bindings it initialised, by name.
+_open: tuple[int, dict[str, Any]] | None = None
+_open_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """Within it, NVML is initialised once for every query of this process (detection, then
+    links and health: ``info``), and shut down on leaving. ``nvmlInit`` is the expensive call
+    (tens of ms a GPU where persistence mode is off). Nested sessions are one session; a child
+    forked inside one initialises NVML for itself and leaves the parent's alone."""
+    global _open
+    if _current() is not None:
+        yield
+        return
+    _open = (os.getpid(), {})
+    try:
+        yield
+    finally:
+        with _open_lock:
+            opened, _open = _open, None
+        for nvml in opened[1].values():
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+
+
+def _current() -> dict[str, Any] | None:
+    found = _open
+    return found[1] if found is not None and found[0] == os.getpid() else None
+
+
+def _init(nvml: Any, source: str) -> None:
+    """``nvmlInit``, unless this process's session already did (raises as it does). The lock
+    is not held across the call: a probe abandoned inside it must not block the next one."""
+    with _open_lock:
+        opened = _current()
+        if opened is not None and source in opened:
+            return
+    nvml.nvmlInit()
+    with _open_lock:
+        opened = _current()
+        if opened is None:
+            return
+        if source in opened:  # another thread's query opened it meanwhile: keep one
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+            return
+        opened[source] = nvml
+
+
+def _shutdown(nvml: Any, source: str) -> None:
+    """``nvmlShutdown``, unless a session holds NVML open for later queries."""
+    with _open_lock:
+        opened = _current()
+        if opened is not None and source in opened:
+            return
+    with contextlib.suppress(Exception):
+        nvml.nvmlShutdown()
+
+
 def _read(nvml: Any, source: str) -> NvmlReport:
     try:
-        nvml.nvmlInit()
+        _init(nvml, source)
     except Exception as exc:
         return NvmlReport(None, source, error=f"NVML ({source}) failed: {first_line(exc)}")
     try:
@@ -98,8 +160,7 @@ def _read(nvml: Any, source: str) -> NvmlReport:
     except Exception as exc:
         return NvmlReport(None, source, error=f"NVML ({source}) failed: {first_line(exc)}")
     finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        _shutdown(nvml, source)
 
 
 def _binding(probe: Probe) -> tuple[Any, str] | str:
@@ -307,7 +368,7 @@ def query_links(probe: Probe) -> tuple[list[GpuLinks] | None, str, str]:
         return None, "", found
     nvml, source = found
     try:
-        nvml.nvmlInit()
+        _init(nvml, source)
     except Exception as exc:
         return None, source, f"NVML ({source}) failed: {first_line(exc)}"
     try:
@@ -316,5 +377,4 @@ def query_links(probe: Probe) -> tuple[list[GpuLinks] | None, str, str]:
     except Exception as exc:
         return None, source, f"NVML ({source}) failed: {first_line(exc)}"
     finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        _shutdown(nvml, source)

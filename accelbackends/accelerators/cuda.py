@@ -43,6 +43,7 @@ from ..plugin.packages import TorchBuild, nccl, torch_build
 from ..plugin.text import plural
 from ..plugin.types import DeviceLinks, PcieLink
 from ._nvml import Gpu, GpuLinks, NvmlReport, query, query_links
+from ._nvml import session as nvml_session
 
 __all__ = [
     "EAGER_INIT",
@@ -54,6 +55,7 @@ __all__ = [
     "SPEC",
     "Hardware",
     "bound_gpu",
+    "nvml_session",
     "eager_init",
     "exclusive_gpu_rule",
     "find_hardware",
@@ -565,20 +567,7 @@ def nccl_options(
     switch = torchcompat.nccl_switch_problem(request.env)
     if switch is not None:
         raise ConfigError(switch)
-    binds = torchcompat.nccl_binds_at_creation(request.backend, torch_version, request.env)
-    eager = eager_init(
-        request.env,
-        torch_version,
-        binds_at_creation=binds,
-        world_size=request.cluster.world_size,
-    )
-    if binds and not eager and device_count:
-        if config.read_name(request.env, EAGER_INIT) is not None:
-            _refuse_another_gpu(request, torch_version, device_count)
-        else:
-            # A world of one, lazy by default: device_id only where it is the one way to the
-            # bound GPU (torch would pick another from LOCAL_RANK or the rank).
-            eager = _torch_picks(request, device_count) != _index(request.device)
+    eager = _passes_device_id(request, torch_version, device_count)
     env_defaults: dict[str, str] = {}
     if device_count and shared_gpus_planned(
         local_world_size=request.cluster.local_world_size,
@@ -615,6 +604,27 @@ def nccl_options(
         device_shown=bound[1] if bound else "",
         exclusive_device=rule,
     )
+
+
+def _passes_device_id(
+    request: OptionsRequest, torch_version: str, device_count: int | None
+) -> bool:
+    """Whether the bound GPU goes to ``init_process_group`` as ``device_id``."""
+    binds = torchcompat.nccl_binds_at_creation(request.backend, torch_version, request.env)
+    eager = eager_init(
+        request.env,
+        torch_version,
+        binds_at_creation=binds,
+        world_size=request.cluster.world_size,
+    )
+    if binds and not eager and device_count:
+        if config.read_name(request.env, EAGER_INIT) is not None:
+            _refuse_another_gpu(request, torch_version, device_count)
+        else:
+            # A world of one, lazy by default: device_id only where it is the one way to the
+            # bound GPU (torch would pick another from LOCAL_RANK or the rank).
+            eager = _torch_picks(request, device_count) != _index(request.device)
+    return eager
 
 
 def _torch_picks(request: OptionsRequest, device_count: int) -> int:

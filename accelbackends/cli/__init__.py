@@ -1,6 +1,8 @@
 """The command line, a face on top of the job: ``accelbackends info`` and ``accelbackends check``.
 
-- `main`: the parser and the commands' dispatch (the console script's ``run``).
+- `main`: the commands' dispatch (the console script's ``run``), and ``info``'s own flags read
+  without argparse.
+- `parser`: the whole command line's parser (argparse), built where a command line needs it.
 - `process`: what the command does so that a plugin cannot spoil its output or its exit.
 - `sigterm`: a launcher's SIGTERM ends the command within seconds.
 - `text`: how the commands print.

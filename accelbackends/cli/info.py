@@ -50,6 +50,27 @@ NO_TORCH = (
 )
 
 
+class _Problems:
+    """The report's errors in the order found, each marked bad input (exit 2) or not (1)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.bad_input: list[bool] = []
+
+    def add(self, message: str, bad_input: bool) -> str:
+        self.errors.append(message)
+        self.bad_input.append(bad_input)
+        return message
+
+    def failed(self, exc: AccelBackendsError) -> str:
+        return self.add(first_line(exc), isinstance(exc, ConfigError))
+
+    def kind(self) -> str | None:
+        if not self.errors:
+            return None
+        return "bad input" if any(self.bad_input) else "failure"
+
+
 def collect(
     registry: Registry, *, show_all: bool = False, import_torch: bool = False
 ) -> dict[str, Any]:
@@ -57,23 +78,72 @@ def collect(
 
     Never raises for bad input: a section that cannot be computed has an ``error``, and so
     has the report (the first one; ``errors`` lists them all). ``import_torch``: ask the
-    imported torch which backends it has, instead of reading its build files.
+    imported torch which backends it has, instead of reading its build files. NVML, where it is
+    asked, is initialised once for detection and links.
     """
-    errors: list[str] = []
-    bad_input: list[bool] = []
+    from ..accelerators.cuda import nvml_session
+
+    with nvml_session():
+        return _collect(registry, show_all, import_torch)
+
+
+def _collect(registry: Registry, show_all: bool, import_torch: bool) -> dict[str, Any]:
+    problems = _Problems()
     torch_section = _torch_section(import_torch)
     if torch_section["error"]:
-        errors.append(torch_section["error"])
-        bad_input.append(False)
+        problems.add(torch_section["error"], False)
+    plugins, accelerators, plugins_error = _plugins_and_accelerators(
+        registry, show_all, torch_section["version"], problems
+    )
+    selected, selection = _selected(registry, torch_section, plugins_error, problems)
+    cluster, found = _cluster(registry, plugins_error, selection, problems)
+    cpu_affinity = _cpu_affinity(registry, selection, found, problems)
+    membership_line = secret.info_line(registry.env)
+    if membership_line.startswith("error: "):
+        problems.add(membership_line.removeprefix("error: "), True)
+    nccl = None
+    shared_gpus: dict[str, Any] | None = None
+    if selection is not None:
+        nccl = torchcompat.nccl_note(selection.backend, _installed_version("torch"), registry.env)
+        if found is not None:
+            shared_gpus = _shared_gpus(registry, selection, found, problems.failed)
+    links = topology.collect(
+        list(registry.detect()) if plugins_error is None else [],
+        selection.status if selection else None,
+        selection.backend if selection else None,
+        registry.env,
+        registry.root,
+    )
+    override_errors = _switch_and_overrides(registry, problems)
+    return {
+        "error": problems.errors[0] if problems.errors else None,
+        "errors": problems.errors,
+        # Bad input (a variable, an override: exit 2) or a plugin that failed (exit 1).
+        "error_kind": problems.kind(),
+        "plugins": plugins,
+        "plugins_error": plugins_error,
+        "accelerators": accelerators,
+        "selected": selected,
+        "nccl": nccl,
+        "shared_gpus": shared_gpus,
+        "links": links,
+        "cluster": cluster,
+        "membership": membership_line,
+        "torch": torch_section,
+        "cpu_affinity": cpu_affinity,
+        "overrides": config.overrides(registry.env),
+        "override_errors": override_errors,
+        "unknown_variables": registry.unknown_variables,
+        "versions": versions(),
+        "platform": platform_name(),
+    }
 
-    def failed(exc: AccelBackendsError) -> str:
-        errors.append(first_line(exc))
-        bad_input.append(isinstance(exc, ConfigError))
-        return errors[-1]
 
-    plugins: list[dict[str, Any]] = []
-    accelerators: list[dict[str, Any]] = []
-    plugins_error = None
+def _plugins_and_accelerators(
+    registry: Registry, show_all: bool, torch_version: str | None, problems: _Problems
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """The plugins listed (the built-ins only with ``--all`` or when not active), every
+    declared accelerator with its detection, and why plugins could not load (or None)."""
     try:
         plugins = [
             {
@@ -95,10 +165,8 @@ def collect(
                 "device_count": c.detection.device_count,
                 "priority": c.spec.priority,
                 "backends": list(c.spec.backends),
-                "refused_backends": torchcompat.refused_backends(
-                    c.spec.backends, torch_section["version"]
-                )
-                if torch_section["version"]
+                "refused_backends": torchcompat.refused_backends(c.spec.backends, torch_version)
+                if torch_version
                 else {},
                 "default_backend": c.spec.default_backend,
                 "reason": c.detection.reason,
@@ -108,121 +176,108 @@ def collect(
             for c in registry.detect()
         ]
     except AccelBackendsError as exc:
-        plugins_error = failed(exc)
+        return [], [], problems.failed(exc)
+    return plugins, accelerators, None
+
+
+def _selected(
+    registry: Registry,
+    torch_section: dict[str, Any],
+    plugins_error: str | None,
+    problems: _Problems,
+) -> tuple[dict[str, Any], Any]:
+    """The selection as ``init()`` would make it, and the `Selection` itself (or None)."""
     selected: dict[str, Any] = dict.fromkeys(
         ("accelerator", "backend", "reason", "backend_reason", "error")
     )
-    selection = None
     if torch_section["version"] is None:
         selected["error"] = NO_TORCH
-    elif plugins_error is None:
-        try:
-            selection = select(registry=registry)
-            selected.update(
-                accelerator=selection.accelerator,
-                backend=selection.backend,
-                reason=selection.reason,
-                backend_reason=selection.backend_reason,
-            )
-        except AccelBackendsError as exc:
-            selected["error"] = failed(exc)
-    else:
+        return selected, None
+    if plugins_error is not None:
         selected["error"] = f"not selected: {plugins_error}"
+        return selected, None
+    try:
+        selection = select(registry=registry)
+    except AccelBackendsError as exc:
+        selected["error"] = problems.failed(exc)
+        return selected, None
+    selected.update(
+        accelerator=selection.accelerator,
+        backend=selection.backend,
+        reason=selection.reason,
+        backend_reason=selection.backend_reason,
+    )
+    return selected, selection
+
+
+def _cluster(
+    registry: Registry, plugins_error: str | None, selection: Any, problems: _Problems
+) -> tuple[dict[str, Any], Any]:
+    """The cluster environment the launcher variables describe, with the world check, and
+    the `ClusterInfo` itself (or None)."""
     cluster: dict[str, Any] = {
         "launcher": None,
         **dict.fromkeys(_CLUSTER_KEYS),
         "sources": {},
         "world_check": None,
     }
-    found = None
     try:
         found = recognise(registry) if plugins_error is None else None
     except AccelBackendsError as exc:
-        cluster["error"] = failed(exc)
-    else:
-        if found is None:
-            cluster["error"] = f"not recognised: {plugins_error}"
-        else:
-            cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
-            cluster.update(sources=dict(found.sources), error=None)
-            if found.world_size > 1 and found.master_addr is not None:
-                # The address rank 0 will host on and the others dial: flag it here, where the
-                # user looks, instead of at the end of a rendezvous timeout.
-                from ..rendezvous import network  # only for a job of more than one rank
+        cluster["error"] = problems.failed(exc)
+        return cluster, None
+    if found is None:
+        cluster["error"] = f"not recognised: {plugins_error}"
+        return cluster, None
+    cluster.update({key: getattr(found, key) for key in ("launcher", *_CLUSTER_KEYS)})
+    cluster.update(sources=dict(found.sources), error=None)
+    if found.world_size > 1 and found.master_addr is not None:
+        _check_master_addr(cluster, found, problems)
+    cluster["world_check"] = _world_check(registry, found, selection)
+    if cluster["world_check"]["error"] is not None and cluster.get("error") is None:
+        cluster["error"] = problems.add(cluster["world_check"]["error"], True)
+    return cluster, found
 
-                where = found.source("master_addr")
-                problem = network.master_addr_problem(
-                    found.master_addr, where, check_resolves=False
-                )
-                if problem is not None:
-                    cluster["error"] = problem
-                    errors.append(problem)
-                    bad_input.append(True)
-                else:
-                    # Only a warning: info may run where the compute nodes' names do not
-                    # resolve (a login node); rank 0 refuses the same name with exit 2.
-                    cluster["warning"] = network.master_addr_problem(found.master_addr, where)
-    if found is not None:
-        cluster["world_check"] = _world_check(registry, found, selection)
-        if cluster["world_check"]["error"] is not None and cluster.get("error") is None:
-            cluster["error"] = cluster["world_check"]["error"]
-            errors.append(cluster["error"])
-            bad_input.append(True)
-    cpu_affinity: dict[str, Any] = {"error": "not planned: no accelerator was selected"}
-    if selection is not None and found is not None:
-        try:
-            cpu_affinity = affinity.collect(registry, selection.status, found)
-        except AccelBackendsError as exc:
-            cpu_affinity = {"error": failed(exc)}
-    elif found is None:
-        cpu_affinity = {"error": "not planned: the cluster environment is not known"}
-    membership_line = secret.info_line(registry.env)
-    if membership_line.startswith("error: "):
-        errors.append(membership_line.removeprefix("error: "))
-        bad_input.append(True)
-    nccl = None
-    shared_gpus: dict[str, Any] | None = None
-    if selection is not None:
-        nccl = torchcompat.nccl_note(selection.backend, _installed_version("torch"), registry.env)
-        if found is not None:
-            shared_gpus = _shared_gpus(registry, selection, found, failed)
-    links = topology.collect(
-        list(registry.detect()) if plugins_error is None else [],
-        selection.status if selection else None,
-        selection.backend if selection else None,
-        registry.env,
-        registry.root,
-    )
+
+def _check_master_addr(cluster: dict[str, Any], found: Any, problems: _Problems) -> None:
+    """The address rank 0 will host on and the others dial: flagged here, where the user looks,
+    instead of at the end of a rendezvous timeout."""
+    from ..rendezvous import network  # only for a job of more than one rank
+
+    where = found.source("master_addr")
+    problem = network.master_addr_problem(found.master_addr, where, check_resolves=False)
+    if problem is not None:
+        cluster["error"] = problems.add(problem, True)
+    else:
+        # Only a warning: info may run where the compute nodes' names do not resolve (a login
+        # node); rank 0 refuses the same name with exit 2.
+        cluster["warning"] = network.master_addr_problem(found.master_addr, where)
+
+
+def _cpu_affinity(
+    registry: Registry, selection: Any, found: Any, problems: _Problems
+) -> dict[str, Any]:
+    if found is None:
+        return {"error": "not planned: the cluster environment is not known"}
+    if selection is None:
+        return {"error": "not planned: no accelerator was selected"}
+    try:
+        return affinity.collect(registry, selection.status, found)
+    except AccelBackendsError as exc:
+        return {"error": problems.failed(exc)}
+
+
+def _switch_and_overrides(registry: Registry, problems: _Problems) -> dict[str, str]:
+    """The NCCL switch's problem and every bad override, added to the problems once each;
+    returns the overrides' errors by variable."""
     switch = torchcompat.nccl_switch_problem(registry.env)
     if switch is not None:
-        errors.append(switch)
-        bad_input.append(True)
+        problems.add(switch, True)
     override_errors = config.validate(registry.env)
-    new = [message for message in override_errors.values() if message not in errors]
-    errors += new
-    bad_input += [True] * len(new)
-    return {
-        "error": errors[0] if errors else None,
-        "errors": errors,
-        # Bad input (a variable, an override: exit 2) or a plugin that failed (exit 1).
-        "error_kind": None if not errors else "bad input" if any(bad_input) else "failure",
-        "plugins": plugins,
-        "plugins_error": plugins_error,
-        "accelerators": accelerators,
-        "selected": selected,
-        "nccl": nccl,
-        "shared_gpus": shared_gpus,
-        "links": links,
-        "cluster": cluster,
-        "membership": membership_line,
-        "torch": torch_section,
-        "cpu_affinity": cpu_affinity,
-        "overrides": config.overrides(registry.env),
-        "override_errors": override_errors,
-        "unknown_variables": registry.unknown_variables,
-        "versions": versions(),
-        "platform": platform_name(),
-    }
+    new = [message for message in override_errors.values() if message not in problems.errors]
+    for message in new:
+        problems.add(message, True)
+    return override_errors
 
 
 def _shared_gpus(
@@ -337,13 +392,42 @@ def versions() -> dict[str, str | None]:
 
 def render(report: dict[str, Any], width: int | None = None) -> str:
     """The report as text for a terminal, wrapped to ``width`` where given."""
-    lines: list[str] = []
+    lines = [
+        *_render_selected(report),
+        "",
+        *_render_accelerators(report, width),
+        "",
+        *topology.render(report["links"]),
+        "",
+        *_render_cluster(report["cluster"], width),
+        "",
+        *_render_cpu_affinity(report),
+        "",
+        *_render_plugins(report["plugins"], width),
+        "",
+        _torch_line(report["torch"]),
+        "",
+        f"membership: {report['membership']}",
+        "",
+        *_render_overrides(report, width),
+        "",
+        "versions: "
+        + ", ".join(
+            f"{name} {version or 'not installed'}" for name, version in report["versions"].items()
+        ),
+    ]
+    return "\n".join(wrap(line, width) for line in lines)
+
+
+def _render_selected(report: dict[str, Any]) -> list[str]:
     selected = report["selected"]
     if selected["error"]:
-        lines.append(f"selected: none: error: {selected['error']}")
+        lines = [f"selected: none: error: {selected['error']}"]
     else:
-        lines.append(f"selected: {selected['accelerator']} with {selected['backend']}")
-        lines.append(f"  why: {selected['reason']}; backend: {selected['backend_reason']}")
+        lines = [
+            f"selected: {selected['accelerator']} with {selected['backend']}",
+            f"  why: {selected['reason']}; backend: {selected['backend_reason']}",
+        ]
     if report.get("nccl"):
         lines.append(f"  nccl: {report['nccl']}")
     shared = report.get("shared_gpus")
@@ -353,50 +437,58 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             if shared["error"]
             else f"  shared GPUs: {shared['note']}"
         )
-    lines.append("")
+    return lines
+
+
+def _render_accelerators(report: dict[str, Any], width: int | None) -> list[str]:
     if report["plugins_error"]:
-        lines.append(f"accelerators: not detected: error: {report['plugins_error']}")
-    else:
-        lines.append("accelerators:")
-        rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
-        for acc in report["accelerators"]:
-            backends = ",".join(
-                f"{b}*" if b == acc["default_backend"] else b
-                for b in acc["backends"]
-                if b not in acc["refused_backends"]
-            )
-            rows.append(
-                [
-                    acc["name"],
-                    "refused" if acc.get("refusal") else "yes" if acc["available"] else "no",
-                    str(acc["device_count"]),
-                    str(acc["priority"]),
-                    backends,
-                    acc["plugin"],
-                    acc["reason"],
-                ]
-            )
-        lines += aligned(rows, "  ", width)
-        lines.append("  (* default backend)")
-        for acc in report["accelerators"]:
-            reasons: dict[str, list[str]] = {}
-            for backend, why in acc["refused_backends"].items():
-                reasons.setdefault(why, []).append(backend)
-            lines += [
-                f"  {acc['name']}: {', '.join(names)} refused on torch "
-                f"{report['torch']['version']}: {why}"
-                for why, names in reasons.items()
+        return [f"accelerators: not detected: error: {report['plugins_error']}"]
+    rows = [["name", "available", "devices", "priority", "backends", "plugin", "reason"]]
+    for acc in report["accelerators"]:
+        backends = ",".join(
+            f"{b}*" if b == acc["default_backend"] else b
+            for b in acc["backends"]
+            if b not in acc["refused_backends"]
+        )
+        rows.append(
+            [
+                acc["name"],
+                "refused" if acc.get("refusal") else "yes" if acc["available"] else "no",
+                str(acc["device_count"]),
+                str(acc["priority"]),
+                backends,
+                acc["plugin"],
+                acc["reason"],
             ]
-        for acc in report["accelerators"]:
-            if acc.get("expected_busbw_gbps"):
-                lines.append(
-                    f"  {acc['name']}: its plugin expects a busbw of {acc['expected_busbw_gbps']:g}"
-                    " GB/s on its fabric (check's default --min-busbw)"
-                )
-    lines.append("")
-    lines += [*topology.render(report["links"]), ""]
-    cluster = report["cluster"]
-    lines.append(f"cluster: {cluster['launcher'] or 'unknown'}")
+        )
+    lines = ["accelerators:", *aligned(rows, "  ", width), "  (* default backend)"]
+    lines += _refused_backends(report)
+    for acc in report["accelerators"]:
+        if acc.get("expected_busbw_gbps"):
+            lines.append(
+                f"  {acc['name']}: its plugin expects a busbw of {acc['expected_busbw_gbps']:g}"
+                " GB/s on its fabric (check's default --min-busbw)"
+            )
+    return lines
+
+
+def _refused_backends(report: dict[str, Any]) -> list[str]:
+    """A line per accelerator and reason for the backends the installed torch refuses."""
+    lines = []
+    for acc in report["accelerators"]:
+        reasons: dict[str, list[str]] = {}
+        for backend, why in acc["refused_backends"].items():
+            reasons.setdefault(why, []).append(backend)
+        lines += [
+            f"  {acc['name']}: {', '.join(names)} refused on torch "
+            f"{report['torch']['version']}: {why}"
+            for why, names in reasons.items()
+        ]
+    return lines
+
+
+def _render_cluster(cluster: dict[str, Any], width: int | None) -> list[str]:
+    lines = [f"cluster: {cluster['launcher'] or 'unknown'}"]
     if cluster.get("error"):
         lines[-1] += f": error: {cluster['error']}"
     if cluster.get("warning"):
@@ -423,30 +515,31 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
             for key in _CLUSTER_KEYS
         ]
         lines += aligned(rows, "  ", width)
-    lines.append("")
+    return lines
+
+
+def _render_cpu_affinity(report: dict[str, Any]) -> list[str]:
     if "mode" in report["cpu_affinity"]:
-        lines += [*render_affinity(report["cpu_affinity"]), ""]
-    else:
-        why = report["cpu_affinity"]["error"]
-        lines += [f"cpu affinity: {'error: ' if why in report['errors'] else ''}{why}", ""]
-    plugins = report["plugins"]
-    lines.append(
-        "plugins:" if plugins else "plugins: none besides the built-ins (--all lists them)"
-    )
-    if plugins:
-        rows = [["name", "distribution", "version", "status", "error"]]
-        rows += [
-            [p["name"], p["distribution"] or "-", p["version"] or "-", p["status"], p["error"]]
-            for p in plugins
-        ]
-        lines += aligned(rows, "  ", width)
-    lines.append("")
-    lines.append(_torch_line(report["torch"]))
-    lines.append("")
-    lines.append(f"membership: {report['membership']}")
-    lines.append("")
+        return render_affinity(report["cpu_affinity"])
+    why = report["cpu_affinity"]["error"]
+    return [f"cpu affinity: {'error: ' if why in report['errors'] else ''}{why}"]
+
+
+def _render_plugins(plugins: list[dict[str, Any]], width: int | None) -> list[str]:
+    if not plugins:
+        return ["plugins: none besides the built-ins (--all lists them)"]
+    rows = [["name", "distribution", "version", "status", "error"]]
+    rows += [
+        [p["name"], p["distribution"] or "-", p["version"] or "-", p["status"], p["error"]]
+        for p in plugins
+    ]
+    return ["plugins:", *aligned(rows, "  ", width)]
+
+
+def _render_overrides(report: dict[str, Any], width: int | None) -> list[str]:
     overrides = report["overrides"]
-    lines.append("overrides:" if overrides else "overrides: none (no ACCELBACKENDS_* variable set)")
+    if not overrides:
+        return ["overrides: none (no ACCELBACKENDS_* variable set)"]
     notes = report["override_errors"] | {
         key: f"warning: {note}" for key, note in report["unknown_variables"].items()
     }
@@ -454,15 +547,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
         [f"{key}={config.shown(value)[1:-1]}", _note(notes.get(key))]
         for key, value in overrides.items()
     ]
-    if rows:
-        lines += aligned(rows, "  ", width)
-    versions = report["versions"]
-    lines.append("")
-    lines.append(
-        "versions: "
-        + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items())
-    )
-    return "\n".join(wrap(line, width) for line in lines)
+    return ["overrides:", *aligned(rows, "  ", width)]
 
 
 def _torch_line(torch: dict[str, Any]) -> str:

@@ -7,16 +7,14 @@ SIGTERM; in both, the ranks started by ``check`` are stopped first.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ..plugin.errors import (
@@ -32,9 +30,9 @@ from ..plugin.errors import (
 from ..rendezvous import torchlog
 from .process import keep_plugin_output_off_stdout
 from .sigterm import ImportShield, Watchdog, shield_imports, watch_sigterm
-from .text import clean, colour, columns, say, terminal_width
+from .text import clean, colour, say, terminal_width
 
-__all__ = ["main", "run"]
+__all__ = ["main", "quick_info_args", "run"]
 
 
 class _Terminated(BaseException):
@@ -76,69 +74,6 @@ def _terminated_where_it_cannot_propagate(unraisable: Any) -> None:
     (_previous_unraisable or sys.__unraisablehook__)(unraisable)
 
 
-_EXAMPLES = """\
-examples:
-  accelbackends info                   what this node has and what would be chosen, and why
-  accelbackends info --report          a block to paste into a bug report
-  accelbackends check                  start 2 local ranks (CPU) or one per device and test them
-  accelbackends check -v --nproc 4     4 ranks, with torch's own log lines and full tracebacks
-  torchrun --nproc-per-node 8 -m accelbackends check
-                                       join the ranks torchrun started
-  accelbackends check --json | jq .ok  one JSON object, also on failure
-  accelbackends docs troubleshooting   the guide's page for an error message
-
-exit status: 0 ok, 1 a check failed or a rank died, 2 bad input (a flag or a variable).
-"""
-
-
-def _docs_link() -> str:
-    """Where the documentation lives: the distribution's Documentation URL where it has one,
-    else the guide that ships inside the package."""
-    from importlib.metadata import PackageNotFoundError, metadata
-
-    try:
-        urls = metadata("accelbackends").get_all("Project-URL") or []
-    except PackageNotFoundError:
-        urls = []
-    for entry in urls:
-        label, _, url = entry.partition(",")
-        if label.strip().lower() in ("documentation", "docs"):
-            return f"documentation: {url.strip()}"
-    return (
-        "documentation: accelbackends docs (the guide ships with the package; "
-        "accelbackends docs troubleshooting first)"
-    )
-
-
-class _Formatter(argparse.HelpFormatter):
-    """Wraps descriptions as usual but keeps a text with its own line breaks (the examples).
-
-    Told the terminal's width: argparse makes one for every argument added and would import
-    shutil (and with it bz2 and lzma) each time to ask."""
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        super().__init__(prog, indent_increment, max_help_position, width or columns())
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
-
-
-class _UsageError(Exception):
-    """argparse refused the command line; ``main`` reports it (as JSON too, where asked)."""
-
-    def __init__(self, message: str, prog: str) -> None:
-        super().__init__(message)
-        self.prog = prog
-
-
 #: Ends the process if ``_raise_terminated`` cannot run (main thread stuck in native code).
 _watchdog: Watchdog | None = None
 #: Holds a SIGTERM while the main thread imports (torch's C extensions must not see it).
@@ -154,152 +89,68 @@ _RESEND_S = 0.05
 _command_pid = 0
 
 
-class _Later(str):
-    """An epilog completed with the documentation link only when help is shown: finding the
-    link reads the package metadata (importlib.metadata), which ``info`` must not pay for."""
+def _parser() -> Any:
+    """The whole command line's parser (`accelbackends.cli.parser`)."""
+    from .parser import build
+
+    return build()
 
 
-class _Parser(argparse.ArgumentParser):
-    #: Adds this parser's arguments on first use: ``check``'s come from accelbackends.cli.check,
-    #: which ``info`` must not pay for importing.
-    deferred: Callable[[argparse.ArgumentParser], None] | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
-        if self.deferred is not None:
-            add_arguments, self.deferred = self.deferred, None
-            add_arguments(self)
-        return super().parse_known_args(*args, **kwargs)
-
-    def format_help(self) -> str:
-        if isinstance(self.epilog, _Later):
-            self.epilog = str(self.epilog) + _docs_link()
-        return super().format_help()
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One prefix for every error, argparse's and ours: "accelbackends: error: ...", with
-        # the help of the (sub)command that refused the argument.
-        choice = re.match(r"argument COMMAND: invalid choice: '(.*?)'", message)
-        if choice:
-            import difflib
-
-            close = difflib.get_close_matches(choice.group(1), _COMMANDS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            message = (
-                f"{clean(repr(choice.group(1)), 200)} is not a command{hint} "
-                f"(commands: {', '.join(_COMMANDS)})"
-            )
-        unknown = re.match(r"unrecognized arguments: (-[^\s=]+)", message)
-        if unknown:
-            import difflib
-
-            close = difflib.get_close_matches(unknown.group(1), _all_options(self), n=1)
-            if close:
-                message += f"; did you mean {close[0]}?"
-        raise _UsageError(message, self.prog)
+#: ``info``'s own flags, as its parser names them (the parser's ``dest``).
+_INFO_FLAGS = {
+    "--json": "json",
+    "--report": "report",
+    "--all": "all",
+    "--import-torch": "import_torch",
+}
 
 
-_COMMANDS = ("info", "check", "docs")
+def quick_info_args(argv: Sequence[str]) -> Any:
+    """``info`` with its own flags spelt in full, read without argparse (which, with the
+    ``gettext`` and ``locale`` it imports and the parsers it builds, is a few percent of an
+    ``info``): the namespace argparse would return, or None for any other command line
+    (help, abbreviations, a repeated or conflicting flag, another command), which the parser
+    reads and refuses as before."""
+    if not argv or argv[0] != "info":
+        return None
+    given = argv[1:]
+    known = {*_INFO_FLAGS, "-v", "--verbose"}
+    if len(set(given)) != len(given) or not known.issuperset(given):
+        return None
+    if "--json" in given and "--report" in given:
+        return None  # mutually exclusive: the parser says so
+    import types
+
+    flags = {dest: flag in given for flag, dest in _INFO_FLAGS.items()}
+    verbose = "-v" in given or "--verbose" in given
+    return types.SimpleNamespace(command="info", verbose=verbose, **flags)
 
 
-def _all_options(parser: argparse.ArgumentParser) -> list[str]:
-    """Every option string of ``parser`` and of its subcommands (argparse reports an unknown
-    option of a subcommand from the top-level parser)."""
-    found: list[str] = []
-    for action in parser._actions:
-        found += [o for o in action.option_strings if o.startswith("--")]
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found += _all_options(sub)
-    return found
+def _parse(argv: list[str]) -> Any:
+    """The command line as argparse reads it, or the exit status where it is refused (or
+    empty: the help is shown)."""
+    from .parser import UsageError
+
+    parser = _parser()
+    if not argv:
+        # Nothing asked: show what can be asked, as git and pip do (exit 0: not an error).
+        say(parser.format_help().rstrip(), plain=True)
+        return EXIT_OK
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("a command is required: info, check or docs")
+    except UsageError as exc:
+        if _wants_json(argv):
+            from .check.report import failure_report, print_json
+
+            print_json(failure_report(clean(str(exc))))
+        print(f"accelbackends: error: {clean(str(exc))} (see {exc.prog} --help)", file=sys.stderr)
+        return EXIT_USAGE
+    return args
 
 
-def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=default,
-        help="show torch's own C++ log lines and full tracebacks",
-    )
-
-
-def _parser() -> argparse.ArgumentParser:
-    from .._version import __version__
-
-    parser = _Parser(
-        prog="accelbackends",
-        description="Which accelerator, device and communication backend this process uses, "
-        "and proof that the ranks can talk.",
-        epilog=_Later(_EXAMPLES),
-        formatter_class=_Formatter,
-    )
-    parser.add_argument("-V", "--version", action="version", version=f"accelbackends {__version__}")
-    _verbose_flag(parser, False)
-    # prog given: argparse would otherwise render a usage line to find it, which imports
-    # shutil (and with it bz2 and lzma) for the terminal width.
-    commands = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=_Parser, prog=parser.prog
-    )
-    info = commands.add_parser(
-        "info",
-        help="what this node has, what would be chosen and why (does not import torch)",
-        description="What this node has, which accelerator and backend would be chosen and "
-        "why, the cluster environment the launcher variables describe, and the "
-        "ACCELBACKENDS_* variables set. A bad variable is shown where it applies; the report "
-        "is still printed. Exit 0: no problem found; 1: torch is missing or unusable, or a "
-        "plugin failed; 2: a bad variable or override. Does not import torch (unless "
-        "--import-torch).",
-        epilog=_Later(),
-        formatter_class=_Formatter,
-    )
-    # -v after the subcommand too (``accelbackends check -v``); SUPPRESS keeps the value given
-    # before it.
-    _verbose_flag(info, argparse.SUPPRESS)
-    shown = info.add_mutually_exclusive_group()
-    shown.add_argument("--json", action="store_true", help="print one JSON object")
-    shown.add_argument(
-        "--report",
-        action="store_true",
-        help="print a block to paste into a bug report: versions, platform, the report",
-    )
-    info.add_argument("--all", action="store_true", help="list the built-in plugins too")
-    info.add_argument(
-        "--import-torch",
-        action="store_true",
-        help="ask the imported torch which distributed backends it has (default: read from "
-        "torch's build files, without importing it)",
-    )
-    check = commands.add_parser(
-        "check",
-        help="start (or join) the ranks, verify collectives and measure bandwidth",
-        epilog=_Later(),
-    )
-    _verbose_flag(check, argparse.SUPPRESS)
-    check.deferred = _check_arguments
-    docs = commands.add_parser(
-        "docs",
-        help="list the pages of the user guide that ships with the package, or print one",
-        description="The user guide ships inside the package (Markdown). Without PAGE, list "
-        "the pages; with PAGE (e.g. troubleshooting, launchers/slurm), print it. Exit 2: no "
-        "such page.",
-    )
-    _verbose_flag(docs, argparse.SUPPRESS)
-    docs.add_argument("page", nargs="?", metavar="PAGE", help="the page to print")
-    docs.add_argument("--path", action="store_true", help="print the guide's folder only")
-    return parser
-
-
-def _check_arguments(parser: argparse.ArgumentParser) -> None:
-    from .check import add_arguments
-
-    add_arguments(parser)
-
-
-def _info(args: argparse.Namespace, argv: list[str]) -> int:
+def _info(args: Any, argv: list[str]) -> int:
     from ..registry.facade import default_registry
     from .info import collect, render, render_bug_report
 
@@ -317,7 +168,7 @@ def _info(args: argparse.Namespace, argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _json_failure(args: argparse.Namespace, exc: BaseException, message: str = "") -> None:
+def _json_failure(args: Any, exc: BaseException, message: str = "") -> None:
     """``check --json`` prints exactly one JSON object, also when it fails before any rank ran
     (bad input, a failed rendezvous): scripts piping it to ``jq .ok`` never break."""
     if getattr(args, "command", None) != "check" or not getattr(args, "json", False):
@@ -385,23 +236,13 @@ def _show_library_messages() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m accelbackends``."""
     _show_warnings_as_one_line()
-    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        # Nothing asked: show what can be asked, as git and pip do (exit 0: not an error).
-        say(parser.format_help().rstrip(), plain=True)
-        return EXIT_OK
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.error("a command is required: info, check or docs")
-    except _UsageError as exc:
-        if _wants_json(argv):
-            from .check.report import failure_report, print_json
-
-            print_json(failure_report(clean(str(exc))))
-        print(f"accelbackends: error: {clean(str(exc))} (see {exc.prog} --help)", file=sys.stderr)
-        return EXIT_USAGE
+    args = quick_info_args(argv)
+    if args is None:
+        parsed = _parse(argv)
+        if isinstance(parsed, int):
+            return parsed
+        args = parsed
     if not args.verbose:
         # torch prints C++ log lines with stack frames for store errors we already explain;
         # set in os.environ whatever is imported, so that check's ranks inherit it.
@@ -437,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
 
 
-def _docs(args: argparse.Namespace) -> int:
+def _docs(args: Any) -> int:
     from . import manual
 
     if args.path:
@@ -449,7 +290,7 @@ def _docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace, argv: list[str]) -> int:
+def _run(args: Any, argv: list[str]) -> int:
     try:
         if args.command == "info":
             return _info(args, argv)

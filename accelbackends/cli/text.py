@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-import textwrap
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..plugin.text import plural
 
@@ -82,6 +81,13 @@ def clean(text: str, limit: int = 2000) -> str:
     return text
 
 
+def _wrap_text(text: str, width: int, **options: Any) -> list[str]:
+    """`textwrap.wrap`, imported on first use: ``info --json`` wraps nothing."""
+    import textwrap
+
+    return textwrap.wrap(text, width, **options)
+
+
 def wrap(text: str, width: int | None) -> str:
     """Each line of ``text`` longer than ``width`` wrapped at spaces, continuation lines
     indented two more than the line's own indent; unchanged where ``width`` is None."""
@@ -93,7 +99,7 @@ def wrap(text: str, width: int | None) -> str:
             lines.append(line)
             continue
         indent = line[: len(line) - len(line.lstrip())]
-        lines += textwrap.wrap(
+        lines += _wrap_text(
             line.strip(),
             max(_MIN_COLUMN, width),
             initial_indent=indent,
@@ -174,13 +180,13 @@ def aligned(rows: Sequence[Sequence[str]], indent: str = "", width: int | None =
         if room is None or len(last) <= room:
             lines.append((head + last).rstrip())
         elif room >= _MIN_COLUMN:
-            parts = textwrap.wrap(last, room, break_long_words=False, break_on_hyphens=False)
+            parts = _wrap_text(last, room, break_long_words=False, break_on_hyphens=False)
             lines.append((head + parts[0]).rstrip())
             lines += [" " * start + part for part in parts[1:]]
         else:
             assert width is not None
             lines.append(head.rstrip())
-            lines += textwrap.wrap(
+            lines += _wrap_text(
                 last,
                 max(_MIN_COLUMN, width),
                 initial_indent=indent + "    ",

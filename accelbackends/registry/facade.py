@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pluggy
 
@@ -123,15 +123,22 @@ class _PluginManager(pluggy.PluginManager):
     `register` asks `parse_hookimpl_opts` about every name in ``dir(plugin)``, and pluggy looks
     each up with `inspect.getattr_static`: for a plugin module, every import and constant too
     (about 300 names a module, 80 % of a first detection's time). A module's own attribute that
-    is none of the kinds pluggy can hook is answered None here at once, as pluggy would answer
-    it; everything else goes to pluggy unchanged."""
+    is none of the kinds pluggy can hook, or a plain function without the hook marker (an
+    imported helper: every pluggy from 1.5 on answers None for it too), is answered None here
+    at once; everything else goes to pluggy unchanged."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if isinstance(plugin, types.ModuleType):
             value = plugin.__dict__.get(name, _ABSENT)
             if value is not _ABSENT and not isinstance(value, _HOOKABLE):
                 return None
+            if type(value) is types.FunctionType and not hasattr(value, self._marker):
+                return None
         return super().parse_hookimpl_opts(plugin, name)
+
+    @functools.cached_property
+    def _marker(self) -> str:
+        return self.project_name + "_impl"
 
 
 class Registry:
@@ -184,38 +191,20 @@ class Registry:
         return self._pm
 
     def _load(self) -> None:
-        disable = config.read_name_list(self.env, config.DISABLE) or ()
-        allow = config.read_name_list(self.env, config.PLUGINS)
-        autoload = not config.read_bool(self.env, config.DISABLE_PLUGIN_AUTOLOAD)
-        entry_points = _entry_points() if autoload else []
-        third_party = sorted({ep.name for ep in entry_points})
-        builtin_names = [name for name, _ in BUILTIN_PLUGINS]
+        """Load the plugins, in the order of conda's ``get_plugin_manager``: the settings, a
+        manager that knows every hook spec, the built-ins, the installed entry points, then the
+        plugins given inline."""
+        settings = _read_settings(self.env)
+        entry_points = _entry_points() if settings.autoload else []
+        _check_settings(settings, sorted({ep.name for ep in entry_points}))
+        self._pm = _new_manager()
+        self._load_builtins(settings)
+        self._load_entry_points(entry_points, settings)
+        self._load_inline()
 
-        for name in disable:
-            if name in UNBLOCKABLE:
-                raise ConfigError(
-                    f"{config.DISABLE}: plugin {name!r} cannot be disabled "
-                    f"(it is the always-available fallback); blockable plugins: "
-                    f"{', '.join(sorted(set(builtin_names + third_party) - UNBLOCKABLE))}"
-                )
-            if name not in builtin_names and name not in third_party:
-                raise ConfigError(
-                    f"{config.DISABLE}: {name!r} is not an installed plugin; known plugins: "
-                    f"{', '.join(sorted(set(builtin_names + third_party) - UNBLOCKABLE))}"
-                )
-        if allow is not None and autoload:
-            for name in allow:
-                if name not in third_party:
-                    raise ConfigError(
-                        f"{config.PLUGINS}: {name!r} is not an installed third-party plugin; "
-                        f"installed: {', '.join(third_party) or 'none'}"
-                    )
-
-        pm = _PluginManager(hookspecs.PROJECT)
-        pm.add_hookspecs(hookspecs)
-        self._pm = pm
+    def _load_builtins(self, settings: _Settings) -> None:
         for name, module_path in BUILTIN_PLUGINS:
-            if name in disable:
+            if name in settings.disable:
                 self._block(name, BUILTIN_DISTRIBUTION, _version(), True, f"{config.DISABLE}")
                 continue
             self._register(
@@ -225,6 +214,10 @@ class Registry:
                 _version(),
                 builtin=True,
             )
+
+    def _load_entry_points(
+        self, entry_points: list[installed.EntryPoint], settings: _Settings
+    ) -> None:
         for ep in sorted(entry_points, key=lambda e: (e.name, _dist_name(e))):
             dist, version = _dist_name(ep), _dist_version(ep)
             if name_taken := self._plugins.get(ep.name):
@@ -234,12 +227,14 @@ class Registry:
                     version,
                     f"plugin name {ep.name!r} is already used by {name_taken.provider}",
                 )
-            elif ep.name in disable:
+            elif ep.name in settings.disable:
                 self._block(ep.name, dist, version, False, config.DISABLE)
-            elif allow is not None and ep.name not in allow:
+            elif settings.allow is not None and ep.name not in settings.allow:
                 self._block(ep.name, dist, version, False, f"not in {config.PLUGINS}")
             else:
                 self._register(ep.load, ep.name, dist, version, builtin=False)
+
+    def _load_inline(self) -> None:
         for name, plugin in self._inline:
             self._register(functools.partial(_identity, plugin), name, "", "", builtin=False)
 
@@ -552,6 +547,52 @@ def _culprit(hook: Any, exc: BaseException) -> str | None:
         culprit = codes.get(tb.tb_frame.f_code, culprit)
         tb = tb.tb_next
     return culprit
+
+
+class _Settings(NamedTuple):
+    """What the environment says about loading plugins."""
+
+    disable: Sequence[str]
+    #: The third-party plugins allowed (``ACCELBACKENDS_PLUGINS``), None for all.
+    allow: Sequence[str] | None
+    autoload: bool
+
+
+def _read_settings(env: Mapping[str, str]) -> _Settings:
+    return _Settings(
+        disable=config.read_name_list(env, config.DISABLE) or (),
+        allow=config.read_name_list(env, config.PLUGINS),
+        autoload=not config.read_bool(env, config.DISABLE_PLUGIN_AUTOLOAD),
+    )
+
+
+def _check_settings(settings: _Settings, third_party: list[str]) -> None:
+    """Refuse a name in the settings that no installed plugin has, before any plugin loads."""
+    builtin_names = [name for name, _ in BUILTIN_PLUGINS]
+    blockable = ", ".join(sorted(set(builtin_names + third_party) - UNBLOCKABLE))
+    for name in settings.disable:
+        if name in UNBLOCKABLE:
+            raise ConfigError(
+                f"{config.DISABLE}: plugin {name!r} cannot be disabled "
+                f"(it is the always-available fallback); blockable plugins: {blockable}"
+            )
+        if name not in builtin_names and name not in third_party:
+            raise ConfigError(
+                f"{config.DISABLE}: {name!r} is not an installed plugin; known plugins: {blockable}"
+            )
+    if settings.allow is not None and settings.autoload:
+        for name in settings.allow:
+            if name not in third_party:
+                raise ConfigError(
+                    f"{config.PLUGINS}: {name!r} is not an installed third-party plugin; "
+                    f"installed: {', '.join(third_party) or 'none'}"
+                )
+
+
+def _new_manager() -> _PluginManager:
+    pm = _PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
 
 
 def _entry_points() -> list[installed.EntryPoint]:

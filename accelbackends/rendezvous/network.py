@@ -140,6 +140,17 @@ def resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> list[str] | None:
     the C library (no torch frame), where the interpreter's shutdown can end it safely."""
     from ..host.guard import PluginTimeout, bounded
 
+    if _is_address_literal(host):
+        # The usual MASTER_ADDR of a single node: parsed, never looked up, so no thread is
+        # started for it (two per init() on rank 0, each a wait for a core on a busy host).
+        try:
+            numeric = socket.getaddrinfo(
+                host, None, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+            )
+        except (OSError, UnicodeError):
+            return None
+        return [str(info[4][0]) for info in numeric] or None
+
     def lookup() -> list[str]:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
         return [str(info[4][0]) for info in infos]
@@ -148,6 +159,18 @@ def resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> list[str] | None:
         return bounded(lookup, timeout, f"resolving {host!r}") or None
     except (PluginTimeout, OSError, UnicodeError):
         return None
+
+
+def _is_address_literal(host: str) -> bool:
+    """An IPv4 address in dotted quad or an IPv6 address (with a zone or not): nothing to look
+    up. Other spellings that resolve to an address (``127.1``) go to the resolver, as before."""
+    for family, text in ((socket.AF_INET, host), (socket.AF_INET6, host.split("%", 1)[0])):
+        try:
+            socket.inet_pton(family, text)
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
 
 
 def is_local_address(address: str) -> bool:

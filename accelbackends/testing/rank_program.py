@@ -95,7 +95,7 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m accelbackends.testing.rank_program")
     parser.add_argument("--root", default="/", help="filesystem root the probes look under")
     parser.add_argument(
@@ -112,7 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also make side groups with new_group and all-reduce on them (reported as "
         "side_groups)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     import accelbackends
 

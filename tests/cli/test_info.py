@@ -409,3 +409,48 @@ def test_refused_backends_follow_the_torch_version(version: str, refused: int) -
 
     names = ("nccl", *torchcompat.NCCL2_BACKENDS, "gloo")
     assert len(torchcompat.refused_backends(names, version)) == refused
+
+
+def test_info_flags_read_without_argparse_are_what_argparse_reads() -> None:
+    """``info`` with its own flags skips argparse; every such command line gives argparse's
+    namespace, and every other one (help, an abbreviation, a repeated or conflicting flag)
+    goes to the parser."""
+    import itertools
+
+    from accelbackends.cli.main import _parser, quick_info_args
+
+    flags = ["--json", "--report", "--all", "--import-torch", "-v", "--verbose"]
+    read = 0
+    for count in range(len(flags) + 1):
+        for chosen in itertools.permutations(flags, count):
+            argv = ["info", *chosen]
+            quick = quick_info_args(argv)
+            if quick is None:
+                continue
+            read += 1
+            assert vars(quick) == vars(_parser().parse_args(argv)), argv
+    assert read > 100  # the combinations were read, not all handed on
+    for argv in (
+        ["info", "--json", "--report"],  # argparse refuses the pair
+        ["info", "--js"],  # an abbreviation argparse accepts
+        ["info", "--json", "--json"],
+        ["info", "--help"],
+        ["-v", "info"],
+        ["check", "--json"],
+        [],
+    ):
+        assert quick_info_args(argv) is None, argv
+
+
+def test_info_json_imports_no_argparse() -> None:
+    code = (
+        "import sys, io, contextlib\n"
+        "from accelbackends.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['info', '--json'])\n"
+        "print(sorted({'argparse', 'torch'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stderr

@@ -91,6 +91,25 @@ def test_pcie_node_without_nvlink_says_pcie_and_a_narrow_link_is_marked(tmp_path
     assert "Gen5 x8 (max Gen5 x16) NARROW" in text
 
 
+def test_info_initialises_nvml_once_for_detection_and_links(tmp_path, monkeypatch):
+    tree = _node(tmp_path, 2)
+    nvml.configure([nvml.FakeGpu(uuid=f"GPU-{i}", name="NVIDIA H100 PCIe") for i in range(2)])
+    calls: list[str] = []
+    monkeypatch.setattr(nvml, "nvmlInit", lambda: calls.append("init"))
+    monkeypatch.setattr(nvml, "nvmlShutdown", lambda: calls.append("shutdown"))
+    registry = Registry(root=tree.root, env={"ACCELBACKENDS_NVML": nvml.MODULE})
+    report = info.collect(registry)
+    # Both readers asked NVML: detection (the GPUs' names) and links (each GPU's PCIe).
+    cuda = next(a for a in report["accelerators"] if a["name"] == "cuda")
+    assert "2 NVIDIA GPUs via NVML (NVIDIA H100 PCIe" in cuda["reason"]
+    assert [d["model"] for d in report["links"]["devices"]] == ["NVIDIA H100 PCIe"] * 2
+    assert calls == ["init", "shutdown"]
+    # Outside info, each query opens and closes NVML itself, as before.
+    calls.clear()
+    Registry(root=tree.root, env={"ACCELBACKENDS_NVML": nvml.MODULE}).detect()
+    assert calls == ["init", "shutdown"]
+
+
 def test_health_signals_from_nvml_are_named_per_gpu(tmp_path):
     tree = _node(tmp_path, 3)
     nvml.configure(

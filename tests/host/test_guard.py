@@ -106,6 +106,19 @@ def test_a_name_look_up_that_hangs_is_given_up_on_through_the_guard(
         wait_until_no_plugin_call_is_stuck()
 
 
+def test_an_address_literal_is_parsed_without_a_look_up_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_thread(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a look-up thread was started for an address literal")
+
+    monkeypatch.setattr(guard, "bounded", no_thread)
+    assert network.resolve("127.0.0.1") == ["127.0.0.1"]
+    assert network.resolve("::1") == ["::1"]
+    with pytest.raises(AssertionError, match="look-up thread"):
+        network.resolve("localhost")  # a name is still looked up through the guard
+
+
 _LEAVE = """
 import sys, threading, time
 from accelbackends.host import guard

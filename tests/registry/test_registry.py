@@ -374,6 +374,7 @@ def test_the_quick_hook_lookup_answers_as_pluggy_does_for_every_name_of_every_pl
     odd.static = staticmethod(accelbackends_declare_accelerators)  # type: ignore[attr-defined]
     odd.constant = 3  # type: ignore[attr-defined]
     odd.cls = int  # type: ignore[attr-defined]
+    odd.helper = lambda: None  # type: ignore[attr-defined]  # a plain function, no marker
     quick, plain = _PluginManager(hookspecs.PROJECT), pluggy.PluginManager(hookspecs.PROJECT)
     modules = [importlib.import_module(module) for _, module in BUILTIN_PLUGINS] + [odd]
     found = 0
@@ -385,4 +386,5 @@ def test_the_quick_hook_lookup_answers_as_pluggy_does_for_every_name_of_every_pl
     # A plain function is hookable on every pluggy (a module's staticmethod only on newer ones,
     # which the loop above compares with whatever pluggy is installed).
     assert quick.parse_hookimpl_opts(odd, "plain") is not None
+    assert quick.parse_hookimpl_opts(odd, "helper") is None
     assert found > len(BUILTIN_PLUGINS)  # every built-in implements at least one hook

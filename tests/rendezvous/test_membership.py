@@ -700,3 +700,21 @@ def test_ranks_on_one_host_holding_one_device_are_refused_only_where_their_backe
         "rank 0: ranks 0 and 2 of the rendezvous at here hold the same device on host node1, "
         "GPU-a (rank 0: cuda:0 (CUDA_VISIBLE_DEVICES='0'); rank 2: cuda:0 (GPU-a)), but " + rule
     )
+
+
+def test_a_wait_for_store_keys_asks_again_soon_then_less_often(monkeypatch):
+    """Ranks on one host arrive within milliseconds of rank 0: its waits (for the members, then
+    their answers) ask the store again after 1 ms, doubling up to a 10 ms period, instead of
+    sleeping a whole 50 ms period before the second look (as they did)."""
+    store = dist.HashStore()
+    names = ["member/1"]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 9:  # the rank arrives during the ninth pause
+            store.set("job/1/member/1", "joined")
+
+    monkeypatch.setattr(membership.time, "sleep", sleep)
+    assert membership._Store(store, "job/1/").wait(names, 3600)
+    assert pauses == [0.001, 0.002, 0.004, 0.008, 0.01, 0.01, 0.01, 0.01, 0.01]
