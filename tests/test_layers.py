@@ -457,3 +457,48 @@ if __name__ == "__main__":
             print(f"{name}: {value}")
     broken = found["folder-level loops"] or found["private reaches"] or found["floor breaks"]
     sys.exit(1 if cycle_lines or upward or broken else 0)
+
+
+def hook_calls_outside_pluggy(root: Path = ROOT) -> list[str]:
+    """Calls of a hook implementation by its name (``module.accelbackends_x(...)`` or
+    ``accelbackends_x(...)``) in the modules of the package that are not plugins: the core asks
+    plugins through pluggy's ``hook``, and asks launcher knowledge of `environments` through its
+    plain functions (`environments.lightning.lightning_rank`), never a hook function."""
+    from accelbackends.plugin import hookspecs
+
+    hooks = {name for name in dir(hookspecs) if name.startswith("accelbackends_")}
+    found = []
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        if module.startswith(PLUGIN_LIKE) or module.startswith(f"{PACKAGE}.plugin"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            through_pluggy = (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == "hook"
+            )
+            if name in hooks and not through_pluggy:
+                found.append(f"{module}:{node.lineno} calls {name}")
+    return found
+
+
+def test_the_core_calls_no_hook_implementation_by_name() -> None:
+    assert hook_calls_outside_pluggy() == []
+
+
+def test_hook_call_finder_tells_a_direct_call_from_pluggys(tmp_path: Path) -> None:
+    job = tmp_path / PACKAGE / "job"
+    job.mkdir(parents=True)
+    (job / "x.py").write_text(
+        "from ..environments import lightning\n"
+        "lightning.accelbackends_cluster_environment(env={})\n"
+        "pm.hook.accelbackends_cluster_environment(env={})\n"
+    )
+    assert hook_calls_outside_pluggy(tmp_path) == [
+        "accelbackends.job.x:2 calls accelbackends_cluster_environment"
+    ]

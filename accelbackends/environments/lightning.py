@@ -17,9 +17,19 @@ from collections.abc import Mapping
 from ..plugin import ClusterInfo, ConfigError, hookimpl
 from ._common import read_int, read_port
 
+__all__ = ["accelbackends_cluster_environment", "lightning_rank"]
+
 
 @hookimpl
 def accelbackends_cluster_environment(env: Mapping[str, str]) -> ClusterInfo | None:
+    return lightning_rank(env)
+
+
+def lightning_rank(env: Mapping[str, str]) -> ClusterInfo | None:
+    """The place ``env`` gives a process Lightning started, or None where it is not that shape.
+
+    A plain function (the hook above answers with it) so that the core may ask it of a child's
+    environment (`accelbackends.job.children`) without calling a hook implementation."""
     if "RANK" in env or "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
         return None
     world_size = read_int(env, "WORLD_SIZE", low=1)

@@ -10,9 +10,9 @@ starts a copy: Python's audit event ``subprocess.Popen`` carries the child's env
 
 `watch` registers an audit hook (once per process; audit hooks cannot be removed, so it does
 nothing while no group of accelbackends is alive) that raises `InitError` where a process is
-started with the environment of a Lightning rank (`accelbackends.environments.lightning`) whose
-world differs from the group's. The error leaves ``Popen``, so Lightning's ``fit`` or
-``launch`` fails before a single step.
+started with the environment of a Lightning rank
+(`accelbackends.environments.lightning.lightning_rank`) whose world differs from the group's.
+The error leaves ``Popen``, so Lightning's ``fit`` or ``launch`` fails before a single step.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..environments import lightning as lightning_environment
+from ..environments.lightning import lightning_rank
 from ..plugin.errors import AccelBackendsError, InitError
 from ..plugin.types import Context
 
@@ -42,7 +42,7 @@ def problem(env: Mapping[str, str], context: Context) -> str | None:
     """Why a child started with ``env`` would be a rank of another job than ``context``'s, or
     None where it would not be a Lightning rank or its world is the group's."""
     try:
-        child = lightning_environment.accelbackends_cluster_environment(env=env)
+        child = lightning_rank(env)
     except AccelBackendsError:
         return None  # not a shape Lightning writes: its own init() will say what is wrong
     if child is None or child.world_size == context.world_size:
