@@ -113,17 +113,17 @@ def test_init_without_destroy_tears_down_then_waits_for_the_workers_at_exit() ->
         from accelbackends.job import lifecycle
         from accelbackends.host import workers
 
-        real_wait, real_destroy = workers.wait_until_idle, lifecycle.destroy
+        real_wait, real_destroy = workers.wait_until_idle, lifecycle._destroy
 
         def wait(*args, **kwargs):
             print("WAIT", flush=True)
             return real_wait(*args, **kwargs)
 
-        def destroy():
+        def destroy(**kwargs):  # the teardown destroy() and the exit handler share
             print("DESTROY", flush=True)
-            real_destroy()
+            real_destroy(**kwargs)
 
-        workers.wait_until_idle, lifecycle.destroy = wait, destroy
+        workers.wait_until_idle, lifecycle._destroy = wait, destroy
         ctx = accelbackends.init()
         print("INIT", ctx.world_size, flush=True)
         """
