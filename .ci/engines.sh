@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI: the engines of accelbackends.integrations.ray (Ray Train) installed into CI's venv, and
-# the tests that run a real local Ray (tests/integrations/test_ray.py; skipped without Ray).
+# the tests that run a real local Ray (tests/integrations/test_ray.py, and Ray Train's own
+# torch-backend cases in tests/environments/test_peer_cases.py; both skipped without Ray).
 # Runs after the venv exists; torch must stay the pinned CPU build, which is checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +16,6 @@ fi
 installed=$(date +%s)
 echo "engines: ray $(.venv/bin/python -c 'import ray; print(ray.__version__)') beside torch" \
     "$torch_after (installed in $((installed - start)) s)"
-RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q tests/integrations/test_ray.py
+RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q tests/integrations/test_ray.py \
+    tests/environments/test_peer_cases.py -k rays_torch_backend
 echo "engines: tests took $(($(date +%s) - installed)) s"
