@@ -17,5 +17,5 @@ installed=$(date +%s)
 echo "engines: ray $(.venv/bin/python -c 'import ray; print(ray.__version__)') beside torch" \
     "$torch_after (installed in $((installed - start)) s)"
 RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q tests/integrations/test_ray.py \
-    tests/environments/test_peer_cases.py -k rays_torch_backend
+    tests/environments/test_peer_cases.py::test_rays_torch_backend_cases_with_accelbackends_torch_config
 echo "engines: tests took $(($(date +%s) - installed)) s"
