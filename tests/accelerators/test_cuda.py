@@ -660,7 +660,8 @@ def options(request):
         request, torch.__version__, 1, nccl_version=sys.argv[2],
         bound=cuda.bound_gpu(0, request.env, gpus),
     )
-    return dataclasses.replace(made, backend="gloo")
+    # Gloo on the CPU: no device_id (torch 2.15 would have the GPU bound at creation).
+    return dataclasses.replace(made, process_group_backend="gloo", device_id=None)
 
 
 spec = dataclasses.replace(

@@ -98,7 +98,10 @@ def test_check_fails_a_node_whose_gpus_are_narrow_or_faulty_naming_each_gpu(tmp_
         nvml.FakeGpu(uuid=UUIDS[2], name="NVIDIA H200", ecc_uncorrected=2, throttle=0x40),
     ]
     failing = tmp_path / "failing"
-    env = os.environ | nvml.environment(gpus) | {"ACCELBACKENDS_PROBE_ROOT": str(tree.root)}
+    # CPU ranks on a GPU node (the tree), as on any torch build: the node's GPUs are judged
+    # whatever the ranks run on.
+    env = os.environ | nvml.environment(gpus)
+    env |= {"ACCELBACKENDS_PROBE_ROOT": str(tree.root), "ACCELBACKENDS_ACCELERATOR": "cpu"}
     result = subprocess.run(
         [
             sys.executable,
