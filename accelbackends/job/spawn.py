@@ -36,7 +36,6 @@ import pickle
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -52,7 +51,7 @@ from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
 from .failure import is_consequence, raised_at
-from .processes import TEMP_PREFIX, Adopter, end_state, is_stopped, remove_stale_temp, stop
+from .processes import Adopter, end_state, is_stopped, private_temp_folder, stop
 from .select import select
 
 __all__ = ["spawn"]
@@ -448,10 +447,9 @@ def spawn(
 
         # Asked once here rather than in every rank (1-2 ms each on 2 cores).
         _loopback()
-    remove_stale_temp()
     # mode 0700: this user only, so no other user can open the store file; the process id in
     # the name lets a later run remove it if this process is killed before its own cleanup runs.
-    workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
+    workdir = private_temp_folder("spawn", "store")
     store_file = os.path.join(workdir, "store")
     adopter = Adopter()
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
