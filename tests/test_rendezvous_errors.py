@@ -272,3 +272,61 @@ def test_rank_facing_a_flooded_backlog_says_the_port_takes_no_connection() -> No
     assert "nothing accepts connections there" not in message, message
     assert "takes none (a connection attempt timed out)" in message
     assert "denial of service on MASTER_PORT" in message
+
+
+@pytest.mark.parametrize(
+    ("setting", "attempts"),
+    [
+        # The address this rank has just refused: never tried.
+        ({"MASTER_ADDR": "bad host"}, 0),
+        # A name that does not resolve: tried once, not again for the telling's 10 s.
+        ({"MASTER_ADDR": "no-such-host.invalid"}, 1),
+    ],
+)
+def test_rank_refusing_rank_0s_address_does_not_try_to_tell_rank_0_there(
+    monkeypatch: pytest.MonkeyPatch, setting: dict[str, str], attempts: int
+) -> None:
+    """Before: a rank other than 0 with a bad MASTER_ADDR tried, for 10 s, to tell rank 0
+    through the very address it had just refused (rank 0, with the same setting, had long
+    exited)."""
+    from accelbackends.rendezvous import storewire
+
+    tried: list[object] = []
+    real = storewire.socket.create_connection
+
+    def counting(address: object, *args: object, **kwargs: object) -> socket.socket:
+        tried.append(address)
+        return real(address, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(storewire.socket, "create_connection", counting)
+    env = {**_env(1, _free_port()), **setting}
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        accelbackends.init(registry=Registry(env=env), rendezvous_timeout=60)
+    assert len(tried) == attempts, tried
+
+
+def test_rank_refusing_its_configuration_with_rank_0_not_up_leaves_within_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: with nothing listening on rank 0's port, a rank that refused its configuration
+    tried to tell rank 0 for the whole 10 s, so it exited 10 s after a rank 0 that had refused
+    the same setting."""
+    from accelbackends.job import lifecycle
+    from accelbackends.rendezvous import store
+
+    spent: list[float] = []
+    real = lifecycle.tell_the_job
+
+    def timed(*args: object) -> None:
+        started = time.monotonic()
+        real(*args)  # type: ignore[arg-type]
+        spent.append(time.monotonic() - started)
+
+    monkeypatch.setattr(lifecycle, "tell_the_job", timed)
+    env = {**_env(1, _free_port()), "ACCELBACKENDS_ACCELERATOR": "nosuch"}
+    with pytest.raises(ConfigError, match="nosuch"):
+        accelbackends.init(registry=Registry(env=env), rendezvous_timeout=60)
+    assert len(spent) == 1
+    # The refused port is tried for the short patience only, not the telling's whole limit.
+    assert spent[0] < lifecycle._TELL_LIMIT / 2, spent
+    assert store._TELL_PATIENCE < lifecycle._TELL_LIMIT / 2

@@ -47,6 +47,9 @@ _LISTEN_WAIT = 10.0
 #: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
 _CONFLICT_TIMEOUT = 2.0
 _PEERS_SHOWN = 8
+#: How long a rank that refused its configuration tries a port that refuses connections (or a
+#: name that does not resolve: not at all) before it gives up telling rank 0, seconds.
+_TELL_PATIENCE = 2.0
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -423,8 +426,18 @@ def tell_the_job(cluster: ClusterInfo, message: str, seconds: float) -> None:
         or not cluster.master_port
     ):
         return
+    if network.master_addr_problem(
+        cluster.master_addr, cluster.source("master_addr"), check_resolves=False
+    ):
+        return  # the address this rank has just refused: nobody can be told there
     deadline = time.monotonic() + seconds
-    _, client, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    # Nothing listening means rank 0 has not hosted its store: it is starting (slower than
+    # this rank by a moment at most, as `host_early` listens before detection), or it is not
+    # coming (it refused the same setting, or it is not started). Waiting the whole of
+    # ``seconds`` for it kept this rank 10 s past rank 0's own exit.
+    _, client, _ = storewire.probe(
+        cluster.master_addr, cluster.master_port, deadline, patience=_TELL_PATIENCE
+    )
     if client is None:
         return
     with contextlib.closing(client), contextlib.suppress(OSError):
