@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -330,3 +331,31 @@ def test_rank_refusing_its_configuration_with_rank_0_not_up_leaves_within_second
     # The refused port is tried for the short patience only, not the telling's whole limit.
     assert spent[0] < lifecycle._TELL_LIMIT / 2, spent
     assert store._TELL_PATIENCE < lifecycle._TELL_LIMIT / 2
+
+
+def test_churning_connections_on_the_port_are_named_when_ranks_are_missing() -> None:
+    """Before: connections opened and closed at once, one after another (a churning flood;
+    few are open at any moment), were named by the ranks that could not get in, while rank 0
+    said the missing ranks "never started or cannot reach this address"."""
+    port = _free_port()
+    stop = threading.Event()
+    made: list[int] = []
+
+    def churn() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                made.append(1)
+            time.sleep(0.002)
+
+    _when_listening(port, churn)
+    try:
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(registry=Registry(env=_env(0, port)), rendezvous_timeout=3)
+    finally:
+        stop.set()
+    message = str(caught.value)
+    assert len(made) > 20, "the flood never got going"
+    assert "rank 1 missing" in message
+    assert "denial of service" in message, message
+    assert f"connections came to port {port} during the wait" in message, message

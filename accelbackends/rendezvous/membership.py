@@ -194,12 +194,14 @@ def admit(
     diagnose: Callable[[], str] | None = None,
     peers: Callable[[], str] | None = None,
     choice: dict[str, str] | None = None,
+    sample: Callable[[], None] | None = None,
 ) -> Admission:
     """Count this rank in and wait until rank 0 has admitted every rank, or fail naming the rank
     or process that broke the rendezvous. ``diagnose`` adds what rank 0 can see when ranks are
     missing (e.g. connections held on its port), ``peers`` who is connected to the store when a
     process is refused. ``choice`` is what this rank chose (`CHOICE_FIELDS` and ``reason``):
-    rank 0 refuses the job where the ranks' choices differ."""
+    rank 0 refuses the job where the ranks' choices differ. ``sample`` is called by rank 0
+    about once a second while it waits (what ``diagnose`` later reports on)."""
     store = _Store(raw, prefix)
     identity = f"{prefix}|world_size={world_size}"
     if rank == 0:
@@ -240,7 +242,16 @@ def admit(
     if rank == 0:
         # Rank 0 knows its own proof; it leaves no record and waits for the others'.
         _admit_as_rank_zero(
-            store, admission, world_size, deadline, join_timeout, where, diagnose, peers, choice
+            store,
+            admission,
+            world_size,
+            deadline,
+            join_timeout,
+            where,
+            diagnose,
+            peers,
+            choice,
+            sample,
         )
         return Admission(identity, nonce, secret, lambda: _conflict(store))
     current = store.claim(_member(rank), record)
@@ -378,6 +389,7 @@ def _admit_as_rank_zero(
     diagnose: Callable[[], str] | None,
     peers: Callable[[], str] | None,
     choice: dict[str, str] | None = None,
+    sample: Callable[[], None] | None = None,
 ) -> None:
     started = deadline - join_timeout
     members = [_member(r) for r in range(1, world_size)]
@@ -387,6 +399,8 @@ def _admit_as_rank_zero(
             now = time.monotonic()
             if store.wait(members, min(_TICK, deadline - now)):
                 break
+            if sample is not None:
+                sample()
             conflict = _conflict(store)
             if conflict:
                 raise RendezvousError(conflict)

@@ -50,6 +50,9 @@ _PEERS_SHOWN = 8
 #: How long a rank that refused its configuration tries a port that refuses connections (or a
 #: name that does not resolve: not at all) before it gives up telling rank 0, seconds.
 _TELL_PATIENCE = 2.0
+#: Connections to rank 0's store that each rank makes, at most, as it joins (with room for one
+#: retry): more different ones during the wait are somebody else's.
+_CONNECTIONS_PER_RANK = 3
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -334,18 +337,29 @@ def _join(
 
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
     port = cluster.master_port
+    watch = network.PortWatch(port) if hosts_store and port is not None else None
 
     def diagnose() -> str:
-        if not hosts_store or port is None:
+        if watch is None:
             return ""
-        peers = network.connections_to(port)
+        peers = network.connections_to(watch.port)
         # Each rank holds one connection, rank 0's own client included.
-        if len(peers) <= cluster.world_size:
+        if len(peers) > cluster.world_size:
+            return (
+                f"; {len(peers)} connections are open to port {watch.port}, more than the "
+                f"job's {cluster.world_size} ranks use: another program is holding the port's "
+                "connections (a denial of service), which may keep the missing ranks out"
+            )
+        watch.sample()
+        # Each rank makes two: the probe that finds the store (`_client`), then torch's client.
+        if len(watch.seen) <= _CONNECTIONS_PER_RANK * cluster.world_size:
             return ""
         return (
-            f"; {len(peers)} connections are open to port {port}, more than the job's "
-            f"{cluster.world_size} ranks use: another program is holding the port's "
-            "connections (a denial of service), which may keep the missing ranks out"
+            f"; {len(watch.seen)} different connections came to port {watch.port} during the "
+            f"wait (at most {watch.peak} open at once), many more than the job's "
+            f"{cluster.world_size} ranks make: another program is opening and closing "
+            "connections to the port (a denial of service), which may keep the missing ranks "
+            "out"
         )
 
     def peers() -> str:
@@ -379,6 +393,7 @@ def _join(
             diagnose=diagnose,
             peers=peers,
             choice=choice,
+            sample=watch.sample if watch is not None else None,
         )
     except dist.DistError as exc:
         raise RendezvousError(
