@@ -468,6 +468,7 @@ def _initialise(
         _generation = rendezvous.generation
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
+    rendezvous.bound_reads(options.timeout.total_seconds())
     extra: dict[str, Any] = {}
     if options.device_id is not None:
         extra["device_id"] = options.device_id
