@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import accelbackends
 from accelbackends import ConfigError, RendezvousError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
@@ -658,3 +660,68 @@ def test_choices_are_grouped_by_what_each_rank_chose_with_the_first_ranks_reason
         "rank choose the same (repair the node that chose differently, or set "
         "ACCELBACKENDS_ACCELERATOR and ACCELBACKENDS_BACKEND alike on every rank)"
     )
+
+
+# --- what a process on the port writes is quoted, never the job's word -------------------------
+
+#: What a local user wrote into a job's ``conflict`` key in an adversarial run: every rank
+#: showed it as the job's own verdict.
+ORDER = "set ACCELBACKENDS_SECRET=off on every rank and restart the job"
+
+
+@pytest.mark.slow
+def test_unsigned_conflict_is_quoted_as_a_process_on_the_port_not_the_jobs_verdict(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: rank 0 failed with the intruder's words as its own error line, verbatim."""
+    line = _attacked_rank_zero(
+        config_home, processes, "scribe.py", "accelbackends//conflict", ORDER
+    )
+    assert f"a process on the port says: {ORDER!r} (not signed with this job's secret" in line
+    assert "MASTER_PORT" in line
+    assert not line.split("RendezvousError: ", 1)[-1].startswith(ORDER), line
+
+
+def test_unsigned_attempt_number_is_never_taken_and_is_quoted(config_home: Path) -> None:
+    """Before: rank 1 took an attempt number that a process on the port wrote (7) and waited
+    in an attempt rank 0 never opens; rank 0 then named rank 1 as missing, rank 1 said that
+    rank 0 did not open the rendezvous, and neither named the forgery."""
+    store = dist.TCPStore(
+        "127.0.0.1", 0, 2, True, datetime.timedelta(seconds=30), wait_for_workers=False
+    )
+    store.set("accelbackends//open", "7")
+    env = _rank_env(config_home, 1, store.port)
+    with pytest.raises(RendezvousError) as caught:
+        accelbackends.init(registry=accelbackends.Registry(env=env), rendezvous_timeout=3)
+    message = str(caught.value)
+    assert "rank 0 did not open the rendezvous" in message
+    assert "a process on the port says: 'attempt 7'" in message, message
+    assert not store.check(["accelbackends//7/member/1"])  # no record in the forged attempt
+
+
+def test_conflict_of_a_failed_attempt_does_not_end_the_next_attempt_of_the_process() -> None:
+    """Before: a conflict rank 0 wrote as one attempt failed (its keys already taken) stayed in
+    a store that outlives the attempts (torchrun's agent's) and ended the process's next
+    attempt at once, with the old attempt's message."""
+    raw = dist.HashStore()
+    secret = membership.Secret(b"k" * 32, "a test secret")
+    raw.set("accelbackends/run/1/nonce", "someone else's")
+
+    def attempt(number: int, seconds: float) -> str:
+        with pytest.raises(RendezvousError) as caught:
+            membership.admit(
+                raw,
+                f"accelbackends/run/{number}/",
+                rank=0,
+                world_size=2,
+                secret=secret,
+                deadline=time.monotonic() + seconds,
+                join_timeout=seconds,
+                where="test",
+            )
+        return str(caught.value)
+
+    assert "were already written by another process" in attempt(1, 5)
+    second = attempt(2, 1.5)
+    assert "already written" not in second, second
+    assert "rendezvous timed out after 1.5 s: 1/2 ranks joined" in second

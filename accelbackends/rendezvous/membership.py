@@ -64,6 +64,8 @@ _POLL = 0.05
 #: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
 _VERDICT_GRACE = 3.0
 _MISSING_SHOWN = 8
+#: The most characters of an unsigned message quoted from the store.
+_QUOTED = 300
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -101,16 +103,30 @@ class Admission:
 class _Store:
     """The rendezvous keys of one job attempt, on whichever store carries them."""
 
-    def __init__(self, raw: Any, prefix: str) -> None:
+    def __init__(
+        self, raw: Any, prefix: str, key: bytes | None = None, where: str = "", attempt: int = 0
+    ) -> None:
         self.raw = raw
         self.prefix = prefix
+        #: The keys shared by every attempt of the job: the prefix without its attempt number,
+        #: or the prefix itself where it has none.
+        self.job_prefix = (
+            prefix.rstrip("/").rsplit("/", 1)[0] + "/"
+            if prefix.rstrip("/").rsplit("/", 1)[-1].isdigit()
+            else prefix
+        )
+        #: The job's secret: what this rank writes to the job's keys is signed with it.
+        self.secret_key = key
+        self.where = where
+        #: The attempt these keys belong to (a conflict signed for an earlier one is stale).
+        self.attempt = attempt
 
     def key(self, name: str) -> str:
         return self.prefix + name
 
     def job_key(self, name: str) -> str:
-        """A key shared by every attempt of the job (the prefix without its attempt number)."""
-        return self.prefix.rstrip("/").rsplit("/", 1)[0] + "/" + name
+        """A key shared by every attempt of the job."""
+        return self.job_prefix + name
 
     def claim(self, name: str, value: str) -> str:
         """Set ``name`` unless someone already did; returns the value it has now."""
@@ -177,8 +193,27 @@ def _claimed_by(record: str) -> str:
 def _fail(store: _Store, message: str) -> RendezvousError:
     """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise."""
     with contextlib.suppress(Exception):
-        store.raw.set(store.job_key("conflict"), message)
+        store.raw.set(
+            store.job_key("conflict"),
+            conflict_record(store.job_prefix, message, store.secret_key, store.attempt),
+        )
     return RendezvousError(message)
+
+
+def conflict_record(job_prefix: str, message: str, key: bytes | None, attempt: int = 0) -> str:
+    """The job's ``conflict`` key's value: ``message``, signed with the job's secret ``key``
+    where the writer holds it, for the ``attempt`` it failed in (0: before any, e.g. a rank
+    that refused its configuration)."""
+    mac = _mac(key, job_prefix, "conflict", attempt, message) if key else ""
+    return json.dumps({"message": message, "attempt": attempt, "mac": mac})
+
+
+def _said_on_the_port(text: str, where: str) -> str:
+    shown = text if len(text) <= _QUOTED else text[:_QUOTED] + "…"
+    return (
+        f"a process on the port says: {shown!r} (not signed with this job's secret, so not "
+        f"this job's own word); {_port_hint(where)}"
+    )
 
 
 def admit(
@@ -202,7 +237,8 @@ def admit(
     process is refused. ``choice`` is what this rank chose (`CHOICE_FIELDS` and ``reason``):
     rank 0 refuses the job where the ranks' choices differ. ``sample`` is called by rank 0
     about once a second while it waits (what ``diagnose`` later reports on)."""
-    store = _Store(raw, prefix)
+    attempt = prefix.rstrip("/").rsplit("/", 1)[-1]
+    store = _Store(raw, prefix, secret.key, where, int(attempt) if attempt.isdigit() else 0)
     identity = f"{prefix}|world_size={world_size}"
     if rank == 0:
         nonce = secrets.token_hex(16)
@@ -291,6 +327,7 @@ def open_attempt(
     deadline: float,
     join_timeout: float,
     where: str,
+    key: bytes | None = None,
 ) -> int:
     """The attempt of this ``init()``, as rank 0 numbers it: the ranks agree on it without
     counting their own attempts alike, so that one rank's failed attempt (a connection reset by
@@ -298,26 +335,31 @@ def open_attempt(
     Rank 0 announces ``generation`` (its own count, raised on every attempt);
     another rank takes the attempt rank 0 announces, once it is at least ``generation`` (one
     more than the last attempt this process joined): an announcement left on a store that
-    outlives the cycles (torchrun's agent's) is not taken for the next one."""
-    key = job_prefix + "open"
+    outlives the cycles (torchrun's agent's) is not taken for the next one. With the job's
+    secret ``key``, the announcement is signed, and one that is not is never taken."""
     if rank == 0:
-        raw.set(key, str(generation))
+        mac = _mac(key, job_prefix, "open", generation) if key else ""
+        raw.set(job_prefix + "open", f"{generation} {mac}".rstrip())
         return generation
-    store = _Store(raw, job_prefix)
+    # ``store`` holds the job's prefix here, not an attempt's: the job's keys are under it.
+    store = _Store(raw, job_prefix, key, where, generation)
+    unsigned = None
     while True:
         found = store.get_within("open", min(deadline - time.monotonic(), _NONCE_POLL))
         if found is not None:
+            number, _, mac = found.partition(" ")
             try:
-                announced = int(found)
+                announced = int(number)
             except ValueError:
                 raise RendezvousError(
                     f"rank {rank}: the rendezvous at {where} holds an attempt number "
                     f"{found[:40]!r} that rank 0 did not write; {_port_hint(where)}"
                 ) from None
-            if announced >= generation:
+            if key and not hmac.compare_digest(mac, _mac(key, job_prefix, "open", announced)):
+                unsigned = found  # not rank 0's: wait on for rank 0's own
+            elif announced >= generation:
                 return announced
-        # ``store`` holds the job's prefix here, not an attempt's: the job's key is under it.
-        conflict = _conflict_at(raw, job_prefix + "conflict")
+        conflict = _conflict(store)
         if conflict is not None:
             raise RendezvousError(f"rank {rank}: {conflict}")
         if time.monotonic() >= deadline:
@@ -326,6 +368,8 @@ def open_attempt(
                 if found is None
                 else f" (it still announces attempt {found}, not {generation} or later)"
             )
+            if unsigned is not None:
+                seen = f"; {_said_on_the_port(f'attempt {unsigned}', where)}"
             raise RendezvousError(
                 f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
                 f"{join_timeout:g} s{seen} (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts "
@@ -335,10 +379,12 @@ def open_attempt(
             time.sleep(_OPEN_POLL)
 
 
-def report_conflict(raw: Any, job_prefix: str, message: str) -> None:
+def report_conflict(raw: Any, job_prefix: str, message: str, key: bytes | None = None) -> None:
     """Mark the job at ``job_prefix`` (``accelbackends/<run id>/``) as collided with: its rank 0
-    fails with ``message`` instead of admitting ranks that may belong to another job."""
-    raw.set(job_prefix + "conflict", message)
+    fails with ``message`` instead of admitting ranks that may belong to another job. Signed
+    with the job's secret ``key`` where the writer holds it; otherwise the ranks quote it as a
+    process on the port."""
+    raw.set(job_prefix + "conflict", conflict_record(job_prefix, message, key))
 
 
 def _verdict_mac(admission: Admission, ok: bool, message: str) -> str:
@@ -548,14 +594,29 @@ def _judge_answer(
 
 
 def _conflict(store: _Store) -> str | None:
-    """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
-    return _conflict_at(store.raw, store.job_key("conflict"))
-
-
-def _conflict_at(raw: Any, key: str) -> str | None:
-    if raw.check([key]):
-        return bytes(raw.get(key)).decode(errors="replace")
-    return None
+    """A collision some rank or a second job's rank 0 reported, for this attempt or the job:
+    its message where it is signed with the job's secret (or the job has none), else quoted
+    as a process on the port; None where there is none, or it was signed for an earlier
+    attempt (a failed ``init()`` of this process, its store kept by the launcher)."""
+    name = store.job_key("conflict")
+    if not store.raw.check([name]):
+        return None
+    text = bytes(store.raw.get(name)).decode(errors="replace")
+    try:
+        record = json.loads(text)
+        message, attempt, mac = record["message"], record["attempt"], record["mac"]
+        if not (isinstance(message, str) and type(attempt) is int and isinstance(mac, str)):
+            raise TypeError(record)
+    except (ValueError, KeyError, TypeError):
+        return text if store.secret_key is None else _said_on_the_port(text, store.where)
+    if store.secret_key is None:
+        return message
+    expected = _mac(store.secret_key, store.job_prefix, "conflict", attempt, message)
+    if not hmac.compare_digest(mac, expected):
+        return _said_on_the_port(message, store.where)
+    if 0 < attempt < store.attempt:
+        return None
+    return message
 
 
 def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:

@@ -21,7 +21,13 @@ from datetime import timedelta
 from typing import Any
 
 from ..plugin import torchcompat
-from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
+from ..plugin.errors import (
+    AccelBackendsError,
+    ConfigError,
+    RendezvousError,
+    RendezvousWarning,
+    first_line,
+)
 from ..plugin.types import ClusterInfo
 from . import membership, network, storewire
 from .membership import Admission, Secret, load_secret
@@ -202,7 +208,17 @@ def _warn_the_other_job(cluster: ClusterInfo) -> None:
             f"a job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
             f"{_port_said(cluster)} taken by another job, so ranks of both jobs may be "
             "joining one rendezvous; give each job its own MASTER_PORT",
+            _key_if_any(),
         )
+
+
+def _key_if_any() -> bytes | None:
+    """This user's job secret, to sign a message to a job with, or None where it is off or
+    cannot be loaded (the message is then quoted as a process on the port's)."""
+    try:
+        return load_secret(None).key
+    except AccelBackendsError:
+        return None
 
 
 def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> _Bounded:
@@ -499,6 +515,7 @@ def _join(
             deadline=deadline,
             join_timeout=join_timeout,
             where=where,
+            key=secret.key,
         )
     except dist.DistError as exc:
         if not reconnect:
@@ -591,4 +608,4 @@ def tell_the_job(cluster: ClusterInfo, message: str, seconds: float) -> None:
     if client is None:
         return
     with contextlib.closing(client), contextlib.suppress(OSError):
-        membership.report_conflict(client, f"{_KEY}/{cluster.run_id}/", message)
+        membership.report_conflict(client, f"{_KEY}/{cluster.run_id}/", message, _key_if_any())
