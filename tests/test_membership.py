@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -682,21 +683,41 @@ def test_unsigned_conflict_is_quoted_as_a_process_on_the_port_not_the_jobs_verdi
     assert not line.split("RendezvousError: ", 1)[-1].startswith(ORDER), line
 
 
-def test_unsigned_attempt_number_is_never_taken_and_is_quoted(config_home: Path) -> None:
-    """Before: rank 1 took an attempt number that a process on the port wrote (7) and waited
-    in an attempt rank 0 never opens; rank 0 then named rank 1 as missing, rank 1 said that
-    rank 0 did not open the rendezvous, and neither named the forgery."""
-    store = dist.TCPStore(
-        "127.0.0.1", 0, 2, True, datetime.timedelta(seconds=30), wait_for_workers=False
-    )
-    store.set("accelbackends//open", "7")
-    env = _rank_env(config_home, 1, store.port)
-    with pytest.raises(RendezvousError) as caught:
-        accelbackends.init(registry=accelbackends.Registry(env=env), rendezvous_timeout=3)
+def test_attempt_number_replaced_by_a_process_on_the_port_is_named_by_rank_zero(
+    config_home: Path,
+) -> None:
+    """Before: a process on the port replaced the attempt number rank 0 announced (7); rank 1
+    would wait in an attempt rank 0 never opens, and rank 0 said "rank 1 missing" at its
+    rendezvous timeout, naming no forgery."""
+    port = _free_port()
+    done = threading.Event()
+
+    def replace() -> None:
+        client = None
+        while client is None and not done.is_set():
+            try:
+                client = dist.TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=10))
+            except RuntimeError:
+                time.sleep(0.05)
+        while client is not None and not done.is_set():
+            open_key = "accelbackends//open"
+            if client.check([open_key]) and client.get(open_key) != b"7":
+                client.set(open_key, "7")
+            time.sleep(0.05)
+
+    intruder = threading.Thread(target=replace, daemon=True)
+    intruder.start()
+    env = _rank_env(config_home, 0, port)
+    try:
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(registry=accelbackends.Registry(env=env), rendezvous_timeout=20)
+    finally:
+        done.set()
+        intruder.join(LIMIT)
     message = str(caught.value)
-    assert "rank 0 did not open the rendezvous" in message
-    assert "a process on the port says: 'attempt 7'" in message, message
-    assert not store.check(["accelbackends//7/member/1"])  # no record in the forged attempt
+    assert "rank 1 missing" not in message, message
+    assert message.startswith("rank 0: the attempt number it announced at 127.0.0.1:"), message
+    assert "was replaced: a process on the port says: 'attempt 7' (not signed" in message
 
 
 def test_conflict_of_a_failed_attempt_does_not_end_the_next_attempt_of_the_process() -> None:

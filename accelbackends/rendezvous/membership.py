@@ -190,14 +190,38 @@ def _claimed_by(record: str) -> str:
         return "a process that speaks no accelbackends"
 
 
-def _fail(store: _Store, message: str) -> RendezvousError:
-    """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise."""
+def _fail(store: _Store, message: str, attempt: int | None = None) -> RendezvousError:
+    """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise.
+    ``attempt`` is the attempt the mark is for (this one by default; 0: whichever the reader is
+    in)."""
     with contextlib.suppress(Exception):
         store.raw.set(
             store.job_key("conflict"),
-            conflict_record(store.job_prefix, message, store.secret_key, store.attempt),
+            conflict_record(
+                store.job_prefix,
+                message,
+                store.secret_key,
+                store.attempt if attempt is None else attempt,
+            ),
         )
     return RendezvousError(message)
+
+
+def _announcement_replaced(store: _Store, where: str) -> str | None:
+    """Rank 0: the attempt number it announced, where a process on the port has since replaced
+    it (the other ranks would wait in an attempt rank 0 never opens); None while it stands."""
+    if store.secret_key is None or not store.attempt:
+        return None
+    name = store.job_key("open")
+    ours = f"{store.attempt} {_mac(store.secret_key, store.job_prefix, 'open', store.attempt)}"
+    if not store.raw.check([name]):
+        return None  # a caller that announces none (the admission alone)
+    found = bytes(store.raw.get(name)).decode(errors="replace")
+    if found == ours:
+        return None
+    return f"rank 0: the attempt number it announced at {where} was replaced: " + _said_on_the_port(
+        f"attempt {found}", where
+    )
 
 
 def conflict_record(job_prefix: str, message: str, key: bytes | None, attempt: int = 0) -> str:
@@ -356,8 +380,13 @@ def open_attempt(
                     f"{found[:40]!r} that rank 0 did not write; {_port_hint(where)}"
                 ) from None
             if key and not hmac.compare_digest(mac, _mac(key, job_prefix, "open", announced)):
-                unsigned = found  # not rank 0's: wait on for rank 0's own
-            elif announced >= generation:
+                # Not signed with this rank's secret: a process on the port wrote it, or rank
+                # 0's secret differs (its verdict then says so, and rank 0 names a number
+                # that replaced its own). Taken all the same, so that the rendezvous names it.
+                unsigned = found
+            else:
+                unsigned = None
+            if announced >= generation:
                 return announced
         conflict = _conflict(store)
         if conflict is not None:
@@ -450,6 +479,10 @@ def _admit_as_rank_zero(
             conflict = _conflict(store)
             if conflict:
                 raise RendezvousError(conflict)
+            replaced = _announcement_replaced(store, where)
+            if replaced:
+                # For every attempt: the ranks misled into another one read it there.
+                raise _fail(store, replaced, attempt=0)
             intruder = _unproven_joiner(store, world_size, where)
             if intruder:
                 raise RendezvousError(f"rank 0: {intruder}")
