@@ -427,6 +427,7 @@ CYCLES = int(__import__("os").environ.get("ABTEST_CYCLES", "200"))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(120 + 5 * CYCLES)  # about 1.5 s a cycle on 2 busy cores
 def test_two_hundred_init_destroy_cycles_on_one_port_end_each_within_its_deadline(
     tmp_path: Path,
 ) -> None:
