@@ -453,17 +453,28 @@ def test_two_hundred_init_destroy_cycles_on_one_port_end_each_within_its_deadlin
             ABTEST_RENDEZVOUS_TIMEOUT="10",
             XDG_CONFIG_HOME=str(tmp_path),
         )
-        ranks.append(
-            subprocess.Popen(
-                [sys.executable, str(Path(__file__).parent / "cycles.py")],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+        # Files, not pipes: torch's warnings of a cycle that reconnected fill a pipe that is
+        # read only once the other rank has ended, and the rank would block writing them.
+        with open(tmp_path / f"out{rank}", "w") as out, open(tmp_path / f"err{rank}", "w") as err:
+            ranks.append(
+                subprocess.Popen(
+                    [sys.executable, str(Path(__file__).parent / "cycles.py")],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                )
             )
-        )
-    results = [rank.communicate() for rank in ranks]
-    for rank, (out, err) in enumerate(results):
+    try:
+        for process in ranks:
+            process.wait()
+    finally:  # the suite's timeout: no rank left behind
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for rank in (0, 1):
+        out = (tmp_path / f"out{rank}").read_text()
+        err = (tmp_path / f"err{rank}").read_text()
         lines = [line for line in out.splitlines() if line.startswith("cycle ")]
         failed = [line for line in lines if not line.endswith(" ok")]
         assert len(lines) == CYCLES and not failed, (rank, failed[:3], err[-2000:])
