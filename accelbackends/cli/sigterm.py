@@ -76,6 +76,28 @@ class Watchdog:
             os._exit(self.exit_code)
 
 
+#: The pipes of the watches in force (read end, write end, the wakeup fd each replaced).
+_watching: list[tuple[int, int, int]] = []
+
+
+def _forget_watches_in_child() -> None:
+    """A process forked inside `watch_sigterm` (a rank of spawn()) inherits the wakeup fd and
+    its pipe, but not the thread reading it: a signal of the child's (the SIGTERM that ends a
+    rank) would be written into the parent's pipe, and the parent's watchdog would take it for
+    its own and end the parent. The child goes back to the wakeup fd before the watch."""
+    while _watching:
+        read_end, write_end, previous = _watching.pop()
+        with suppress(ValueError, OSError):  # ValueError: forked from a thread other than main
+            signal.set_wakeup_fd(previous)
+        for fd in (read_end, write_end):
+            with suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watches_in_child)
+
+
 @contextmanager
 def watch_sigterm(
     exit_code: int, message: str, grace: float = GRACE_S
@@ -101,9 +123,11 @@ def watch_sigterm(
         target=watchdog._run, args=(read_end,), name="accelbackends-sigterm", daemon=True
     )
     thread.start()
+    _watching.append((read_end, write_end, previous))
     try:
         yield watchdog
     finally:
+        _watching.remove((read_end, write_end, previous))
         signal.set_wakeup_fd(previous)
         with suppress(OSError):
             os.write(write_end, _STOP)

@@ -565,6 +565,7 @@ def _step_rendezvous(run: _Run, selection: Selection, options: BackendOptions) -
         _generation = rendezvous.generation
     server.store = rendezvous.raw  # rank 0's own store, when meet() started it, goes the same way
     rendezvous.raw.set_timeout(options.timeout)
+    rendezvous.bound_reads(options.timeout.total_seconds())
     return rendezvous
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "end_state",
     "is_stopped",
     "private_temp_file",
+    "private_temp_folder",
     "proc_stat",
     "reaped",
     "remove_stale_temp",
@@ -39,9 +40,51 @@ def private_temp_file(kind: str, suffix: str) -> str:
     """A new file only this user can read, named so that `remove_stale_temp` removes it
     once this process is gone."""
     remove_stale_temp()
-    handle, path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{kind}-{os.getpid()}-", suffix=suffix)
+    prefix = f"{TEMP_PREFIX}{kind}-{os.getpid()}-"
+    try:
+        handle, path = tempfile.mkstemp(prefix=prefix, suffix=suffix)
+    except OSError as exc:
+        raise _temp_refused(f"a private file ({prefix}*{suffix})", exc) from None
     os.close(handle)
     return path
+
+
+def private_temp_folder(kind: str, *files: str) -> str:
+    """A new folder only this user can enter (mode 0700), with the empty ``files`` in it, named
+    so that `remove_stale_temp` removes it once this process is gone. The files are made here,
+    not by whoever uses them later: a temp folder with no room left fails now, in words, and
+    not in a rank as a store error."""
+    remove_stale_temp()
+    prefix = f"{TEMP_PREFIX}{kind}-{os.getpid()}-"
+    try:
+        folder = tempfile.mkdtemp(prefix=prefix)
+    except OSError as exc:
+        raise _temp_refused(f"a private folder ({prefix}*)", exc) from None
+    for name in files:
+        path = os.path.join(folder, name)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except OSError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise _temp_refused(f"the file {path}", exc) from None
+    return folder
+
+
+def _temp_refused(what: str, exc: OSError) -> Exception:
+    """The error for a temp folder that refused ``what`` (full, read-only, missing)."""
+    from ..plugin.errors import ConfigError
+
+    try:
+        folder = tempfile.gettempdir()
+    except OSError:  # no usable candidate at all: Python's own list is in its message
+        folder = "(none usable)"
+    value = os.environ.get("TMPDIR")
+    said = f"TMPDIR={value!r}" if value is not None else "TMPDIR is unset"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return ConfigError(
+        f"cannot create {what} in the temp folder {folder} ({said}): {reason}; free space "
+        "and inodes there, or set TMPDIR to a folder of this user's with room"
+    )
 
 
 def remove_stale_temp() -> None:

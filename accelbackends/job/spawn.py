@@ -36,7 +36,6 @@ import pickle
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -52,7 +51,7 @@ from ..rendezvous.network import GLOO_INTERFACE, interface_towards
 from .affinity import resolve_mode
 from .environ import job_variables
 from .failure import is_consequence, raised_at
-from .processes import TEMP_PREFIX, Adopter, end_state, is_stopped, remove_stale_temp, stop
+from .processes import Adopter, end_state, is_stopped, private_temp_folder, stop
 from .relay import StderrRelay
 from .select import select
 
@@ -437,10 +436,9 @@ def spawn(
     """
     _check_arguments(fn, nprocs, args, init_options)
     context = multiprocessing.get_context(_prepare(fn, start_method, init_options))
-    remove_stale_temp()
     # mode 0700: this user only, so no other user can open the store file; the process id in
     # the name lets a later run remove it if this process is killed before its own cleanup runs.
-    workdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}spawn-{os.getpid()}-")
+    workdir = private_temp_folder("spawn", "store")
     adopter = Adopter()
     run_id = f"spawn-{os.getpid()}-{next(_runs)}"
     processes: dict[int, multiprocessing.process.BaseProcess] = {}

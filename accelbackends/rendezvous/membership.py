@@ -75,6 +75,8 @@ _POLL = 0.01
 #: (rank 0 writes a failure verdict when its own, slightly earlier, deadline passes).
 _VERDICT_GRACE = 3.0
 _MISSING_SHOWN = 8
+#: The most characters of an unsigned message quoted from the store.
+_QUOTED = 300
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -112,16 +114,30 @@ class Admission:
 class _Store:
     """The rendezvous keys of one job attempt, on whichever store carries them."""
 
-    def __init__(self, raw: Any, prefix: str) -> None:
+    def __init__(
+        self, raw: Any, prefix: str, key: bytes | None = None, where: str = "", attempt: int = 0
+    ) -> None:
         self.raw = raw
         self.prefix = prefix
+        #: The keys shared by every attempt of the job: the prefix without its attempt number,
+        #: or the prefix itself where it has none.
+        self.job_prefix = (
+            prefix.rstrip("/").rsplit("/", 1)[0] + "/"
+            if prefix.rstrip("/").rsplit("/", 1)[-1].isdigit()
+            else prefix
+        )
+        #: The job's secret: what this rank writes to the job's keys is signed with it.
+        self.secret_key = key
+        self.where = where
+        #: The attempt these keys belong to (a conflict signed for an earlier one is stale).
+        self.attempt = attempt
 
     def key(self, name: str) -> str:
         return self.prefix + name
 
     def job_key(self, name: str) -> str:
-        """A key shared by every attempt of the job (the prefix without its attempt number)."""
-        return self.prefix.rstrip("/").rsplit("/", 1)[0] + "/" + name
+        """A key shared by every attempt of the job."""
+        return self.job_prefix + name
 
     def claim(self, name: str, value: str) -> str:
         """Set ``name`` unless someone already did; returns the value it has now."""
@@ -187,11 +203,54 @@ def _claimed_by(record: str) -> str:
         return "a process that speaks no accelbackends"
 
 
-def _fail(store: _Store, message: str) -> RendezvousError:
-    """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise."""
+def _fail(store: _Store, message: str, attempt: int | None = None) -> RendezvousError:
+    """Tell every rank (rank 0's verdict or a conflict mark) and return the error to raise.
+    ``attempt`` is the attempt the mark is for (this one by default; 0: whichever the reader is
+    in)."""
     with contextlib.suppress(Exception):
-        store.raw.set(store.job_key("conflict"), message)
+        store.raw.set(
+            store.job_key("conflict"),
+            conflict_record(
+                store.job_prefix,
+                message,
+                store.secret_key,
+                store.attempt if attempt is None else attempt,
+            ),
+        )
     return RendezvousError(message)
+
+
+def _announcement_replaced(store: _Store, where: str) -> str | None:
+    """Rank 0: the attempt number it announced, where a process on the port has since replaced
+    it (the other ranks would wait in an attempt rank 0 never opens); None while it stands."""
+    if store.secret_key is None or not store.attempt:
+        return None
+    name = store.job_key("open")
+    ours = f"{store.attempt} {_mac(store.secret_key, store.job_prefix, 'open', store.attempt)}"
+    if not store.raw.check([name]):
+        return None  # a caller that announces none (the admission alone)
+    found = bytes(store.raw.get(name)).decode(errors="replace")
+    if found == ours:
+        return None
+    return f"rank 0: the attempt number it announced at {where} was replaced: " + _said_on_the_port(
+        f"attempt {found}", where
+    )
+
+
+def conflict_record(job_prefix: str, message: str, key: bytes | None, attempt: int = 0) -> str:
+    """The job's ``conflict`` key's value: ``message``, signed with the job's secret ``key``
+    where the writer holds it, for the ``attempt`` it failed in (0: before any, e.g. a rank
+    that refused its configuration)."""
+    mac = _mac(key, job_prefix, "conflict", attempt, message) if key else ""
+    return json.dumps({"message": message, "attempt": attempt, "mac": mac})
+
+
+def _said_on_the_port(text: str, where: str) -> str:
+    shown = text if len(text) <= _QUOTED else text[:_QUOTED] + "…"
+    return (
+        f"a process on the port says: {shown!r} (not signed with this job's secret, so not "
+        f"this job's own word); {_port_hint(where)}"
+    )
 
 
 def admit(
@@ -207,13 +266,16 @@ def admit(
     diagnose: Callable[[], str] | None = None,
     peers: Callable[[], str] | None = None,
     choice: dict[str, str] | None = None,
+    sample: Callable[[], None] | None = None,
 ) -> Admission:
     """Count this rank in and wait until rank 0 has admitted every rank, or fail naming the rank
     or process that broke the rendezvous. ``diagnose`` adds what rank 0 can see when ranks are
     missing (e.g. connections held on its port), ``peers`` who is connected to the store when a
     process is refused. ``choice`` is what this rank chose (`CHOICE_FIELDS` and ``reason``):
-    rank 0 refuses the job where the ranks' choices differ."""
-    store = _Store(raw, prefix)
+    rank 0 refuses the job where the ranks' choices differ. ``sample`` is called by rank 0
+    about once a second while it waits (what ``diagnose`` later reports on)."""
+    attempt = prefix.rstrip("/").rsplit("/", 1)[-1]
+    store = _Store(raw, prefix, secret.key, where, int(attempt) if attempt.isdigit() else 0)
     identity = f"{prefix}|world_size={world_size}"
     if rank == 0:
         nonce = secrets.token_hex(16)
@@ -240,7 +302,16 @@ def admit(
     if rank == 0:
         # Rank 0 knows its own proof; it leaves no record and waits for the others'.
         _admit_as_rank_zero(
-            store, admission, world_size, deadline, join_timeout, where, diagnose, peers, choice
+            store,
+            admission,
+            world_size,
+            deadline,
+            join_timeout,
+            where,
+            diagnose,
+            peers,
+            choice,
+            sample,
         )
         return Admission(identity, nonce, secret, lambda: _conflict(store))
     current = store.claim(_member(rank), record)
@@ -308,6 +379,7 @@ def open_attempt(
     deadline: float,
     join_timeout: float,
     where: str,
+    key: bytes | None = None,
 ) -> int:
     """The attempt of this ``init()``, as rank 0 numbers it: the ranks agree on it without
     counting their own attempts alike, so that one rank's failed attempt (a connection reset by
@@ -315,28 +387,38 @@ def open_attempt(
     Rank 0 announces ``generation`` (its own count, raised on every attempt);
     another rank takes the attempt rank 0 announces, once it is at least ``generation`` (one
     more than the last attempt this process joined): an announcement left on a store that
-    outlives the cycles (torchrun's agent's) is not taken for the next one."""
-    key = job_prefix + "open"
+    outlives the cycles (torchrun's agent's) is not taken for the next one. With the job's
+    secret ``key``, the announcement is signed, and one that is not is never taken."""
     if rank == 0:
-        raw.set(key, str(generation))
+        mac = _mac(key, job_prefix, "open", generation) if key else ""
+        raw.set(job_prefix + "open", f"{generation} {mac}".rstrip())
         return generation
-    store = _Store(raw, job_prefix)
+    # ``store`` holds the job's prefix here, not an attempt's: the job's keys are under it.
+    store = _Store(raw, job_prefix, key, where, generation)
+    unsigned = None
     waiting = Waiting(rank, where, deadline, join_timeout)
     while True:
         waiting(WAIT_OPEN)
         found = store.get_within("open", min(deadline - time.monotonic(), _NONCE_POLL))
         if found is not None:
+            number, _, mac = found.partition(" ")
             try:
-                announced = int(found)
+                announced = int(number)
             except ValueError:
                 raise RendezvousError(
                     f"rank {rank}: the rendezvous at {where} holds an attempt number "
                     f"{found[:40]!r} that rank 0 did not write; {_port_hint(where)}"
                 ) from None
+            if key and not hmac.compare_digest(mac, _mac(key, job_prefix, "open", announced)):
+                # Not signed with this rank's secret: a process on the port wrote it, or rank
+                # 0's secret differs (its verdict then says so, and rank 0 names a number
+                # that replaced its own). Taken all the same, so that the rendezvous names it.
+                unsigned = found
+            else:
+                unsigned = None
             if announced >= generation:
                 return announced
-        # ``store`` holds the job's prefix here, not an attempt's: the job's key is under it.
-        conflict = _conflict_at(raw, job_prefix + "conflict")
+        conflict = _conflict(store)
         if conflict is not None:
             raise RendezvousError(f"rank {rank}: {conflict}")
         if time.monotonic() >= deadline:
@@ -345,6 +427,8 @@ def open_attempt(
                 if found is None
                 else f" (it still announces attempt {found}, not {generation} or later)"
             )
+            if unsigned is not None:
+                seen = f"; {_said_on_the_port(f'attempt {unsigned}', where)}"
             raise RendezvousError(
                 f"rank {rank}: rank 0 did not open the rendezvous at {where} within "
                 f"{join_timeout:g} s{seen} (raise {config.RENDEZVOUS_TIMEOUT} if rank 0 starts "
@@ -354,10 +438,12 @@ def open_attempt(
             time.sleep(_OPEN_POLL)
 
 
-def report_conflict(raw: Any, job_prefix: str, message: str) -> None:
+def report_conflict(raw: Any, job_prefix: str, message: str, key: bytes | None = None) -> None:
     """Mark the job at ``job_prefix`` (``accelbackends/<run id>/``) as collided with: its rank 0
-    fails with ``message`` instead of admitting ranks that may belong to another job."""
-    raw.set(job_prefix + "conflict", message)
+    fails with ``message`` instead of admitting ranks that may belong to another job. Signed
+    with the job's secret ``key`` where the writer holds it; otherwise the ranks quote it as a
+    process on the port."""
+    raw.set(job_prefix + "conflict", conflict_record(job_prefix, message, key))
 
 
 def _verdict_mac(admission: Admission, ok: bool, message: str) -> str:
@@ -448,6 +534,7 @@ def _admit_as_rank_zero(
     diagnose: Callable[[], str] | None,
     peers: Callable[[], str] | None,
     choice: dict[str, str] | None = None,
+    sample: Callable[[], None] | None = None,
 ) -> None:
     started = deadline - join_timeout
     members = [_member(r) for r in range(1, world_size)]
@@ -457,9 +544,15 @@ def _admit_as_rank_zero(
             now = time.monotonic()
             if store.wait(members, min(_TICK, deadline - now)):
                 break
+            if sample is not None:
+                sample()
             conflict = _conflict(store)
             if conflict:
                 raise RendezvousError(conflict)
+            replaced = _announcement_replaced(store, where)
+            if replaced:
+                # For every attempt: the ranks misled into another one read it there.
+                raise _fail(store, replaced, attempt=0)
             intruder = _unproven_joiner(store, world_size, where)
             if intruder:
                 raise RendezvousError(f"rank 0: {intruder}")
@@ -604,14 +697,29 @@ def _judge_answer(
 
 
 def _conflict(store: _Store) -> str | None:
-    """A collision some rank or a second job's rank 0 reported, for this attempt or the job."""
-    return _conflict_at(store.raw, store.job_key("conflict"))
-
-
-def _conflict_at(raw: Any, key: str) -> str | None:
-    if raw.check([key]):
-        return bytes(raw.get(key)).decode(errors="replace")
-    return None
+    """A collision some rank or a second job's rank 0 reported, for this attempt or the job:
+    its message where it is signed with the job's secret (or the job has none), else quoted
+    as a process on the port; None where there is none, or it was signed for an earlier
+    attempt (a failed ``init()`` of this process, its store kept by the launcher)."""
+    name = store.job_key("conflict")
+    if not store.raw.check([name]):
+        return None
+    text = bytes(store.raw.get(name)).decode(errors="replace")
+    try:
+        record = json.loads(text)
+        message, attempt, mac = record["message"], record["attempt"], record["mac"]
+        if not (isinstance(message, str) and type(attempt) is int and isinstance(mac, str)):
+            raise TypeError(record)
+    except (ValueError, KeyError, TypeError):
+        return text if store.secret_key is None else _said_on_the_port(text, store.where)
+    if store.secret_key is None:
+        return message
+    expected = _mac(store.secret_key, store.job_prefix, "conflict", attempt, message)
+    if not hmac.compare_digest(mac, expected):
+        return _said_on_the_port(message, store.where)
+    if 0 < attempt < store.attempt:
+        return None
+    return message
 
 
 def _let_ranks_read_the_verdict(store: _Store, world_size: int) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 __all__ = [
     "GLOO_INTERFACE",
     "RESOLVE_TIMEOUT",
+    "PortWatch",
     "connections_to",
     "gloo_interface_for",
     "interface_towards",
@@ -240,22 +241,56 @@ def _listening_ports(diag: socket.socket, family: int) -> set[int]:
             offset += (length + 3) & ~3
 
 
+#: /proc/net/tcp's states: ESTABLISHED, TIME_WAIT, LISTEN.
+_ESTABLISHED, _TIME_WAIT, _LISTEN = "01", "06", "0A"
+
+
 def connections_to(port: int, proc: Path = Path("/proc/net")) -> list[str]:
     """``address:port`` of every established TCP connection to local ``port`` (Linux; empty
     elsewhere): who is talking to the rendezvous store."""
-    peers: list[str] = []
+    return [peer for peer, state in _sockets_of(port, proc) if state == _ESTABLISHED]
+
+
+def _sockets_of(port: int, proc: Path) -> list[tuple[str, str]]:
+    """``(peer address:port, state)`` of every TCP socket on this host at local ``port`` but
+    the listening one, and of every socket of this host's in TIME_WAIT towards ``port`` (a
+    client here that connected and closed first: its side keeps the trace for a minute)."""
+    found: list[tuple[str, str]] = []
     for name, width in (("tcp", 4), ("tcp6", 16)):
         with contextlib.suppress(OSError):
             for line in (proc / name).read_text().splitlines()[1:]:
                 fields = line.split()
-                if len(fields) < 4 or fields[3] != "01":  # 01: ESTABLISHED
+                if len(fields) < 4 or fields[3] == _LISTEN:
                     continue
-                local, remote = fields[1], fields[2]
-                if int(local.rsplit(":", 1)[1], 16) != port:
+                local, remote, state = fields[1], fields[2], fields[3]
+                if int(local.rsplit(":", 1)[1], 16) == port:
+                    peer = remote
+                elif state == _TIME_WAIT and int(remote.rsplit(":", 1)[1], 16) == port:
+                    peer = local
+                else:
                     continue
-                address, remote_port = remote.rsplit(":", 1)
-                peers.append(f"{_proc_address(address, width)}:{int(remote_port, 16)}")
-    return peers
+                address, peer_port = peer.rsplit(":", 1)
+                found.append((f"{_proc_address(address, width)}:{int(peer_port, 16)}", state))
+    return found
+
+
+class PortWatch:
+    """The connections made to a local ``port`` while rank 0 waits for the ranks, sampled now
+    and then: a flood of connections that are opened and closed at once (few open at any
+    moment) shows only as many different peers over the wait. Those there before the watch
+    began (a previous cycle's, still in TIME_WAIT) are left out."""
+
+    def __init__(self, port: int, proc: Path = Path("/proc/net")) -> None:
+        self.port = port
+        self._proc = proc
+        self._before = {peer for peer, _ in _sockets_of(port, proc)}
+        self.seen: set[str] = set()
+        self.peak = 0
+
+    def sample(self) -> None:
+        sockets = _sockets_of(self.port, self._proc)
+        self.peak = max(self.peak, sum(state == _ESTABLISHED for _, state in sockets))
+        self.seen.update(peer for peer, _ in sockets if peer not in self._before)
 
 
 def _proc_address(hexadecimal: str, width: int) -> str:

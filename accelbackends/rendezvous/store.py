@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import struct
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -20,7 +21,13 @@ from datetime import timedelta
 from typing import Any
 
 from ..plugin import torchcompat
-from ..plugin.errors import ConfigError, RendezvousError, RendezvousWarning, first_line
+from ..plugin.errors import (
+    AccelBackendsError,
+    ConfigError,
+    RendezvousError,
+    RendezvousWarning,
+    first_line,
+)
 from ..plugin.types import ClusterInfo
 from . import membership, network, storewire
 from .membership import Admission, Secret, load_secret
@@ -47,6 +54,18 @@ _LISTEN_WAIT = 10.0
 #: How long a rank 0 that found its port taken tries to tell the job holding it, seconds.
 _CONFLICT_TIMEOUT = 2.0
 _PEERS_SHOWN = 8
+#: How long a rank that refused its configuration tries a port that refuses connections (or a
+#: name that does not resolve: not at all) before it gives up telling rank 0, seconds.
+_TELL_PATIENCE = 2.0
+#: Connections to rank 0's store that each rank makes, at most, as it joins (with room for one
+#: retry): more different ones during the wait are somebody else's.
+_CONNECTIONS_PER_RANK = 3
+#: How long a rank waits before it connects again to a store that went away before this rank
+#: took an attempt in it (the previous cycle's, replaced by rank 0 in a moment), seconds.
+_RECONNECT = 0.05
+#: The shortest bound on a store read past the rendezvous deadline (a failing rank 0's last
+#: words, the conflict key read before the first collective), seconds.
+_LAST_READ = 1.0
 
 log = logging.getLogger("accelbackends.rendezvous")
 
@@ -61,6 +80,73 @@ class Rendezvous:
     admission: Admission | None = None
     #: The attempt rank 0 opened (see `membership.open_attempt`); 0 for a single rank.
     generation: int = 0
+    #: The socket of a rank's store client, whose reads `bound_reads` bounds (None: rank 0,
+    #: spawn's file store, a single rank).
+    client: _Bounded | None = None
+
+    def bound_reads(self, seconds: float) -> None:
+        """Bound every later read of the store client's socket by ``seconds`` (the collective
+        timeout, once the rendezvous is over)."""
+        if self.client is not None:
+            self.client.rest = seconds
+            self.client.bound(seconds)
+
+
+def _socket_fds() -> set[int]:
+    """The file descriptors of this process that are sockets (Linux; empty elsewhere)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    found.add(int(name))
+    return found
+
+
+class _Bounded:
+    """torch's store client, every call of which reads its socket with a deadline.
+
+    torch's client (2.4 to 2.13) waits for an answer to ``check``, ``get``, ``compare_set``,
+    ``add`` or ``multi_get`` without any deadline: its ``timeout`` bounds only the wait for a key.
+    A store that keeps the connection and stops answering (rank 0's store of the previous
+    cycle, torn down under a rank that came back sooner) held ``init()`` for minutes. The
+    socket's own receive and send timeouts (``SO_RCVTIMEO``/``SO_SNDTIMEO``), set on the
+    descriptor torch's client made, end such a read with torch's "Socket Timeout"
+    (``DistNetworkError``) by the rendezvous deadline; between calls they are ``rest``
+    (none during the rendezvous, then the collective timeout)."""
+
+    def __init__(self, raw: Any, fds: list[int], deadline: float) -> None:
+        self.raw = raw
+        self.deadline = deadline
+        self.rest = 0.0
+        # Duplicates of torch's descriptors: options set on them are the same socket's.
+        self._sockets: list[socket.socket] = []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                self._sockets.append(socket.socket(fileno=os.dup(fd)))
+
+    def bound(self, seconds: float) -> None:
+        """Bound each read and write of the socket by ``seconds`` (0: no bound)."""
+        whole = int(seconds)
+        value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.raw, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.bound(max(_LAST_READ, self.deadline - time.monotonic()))
+            try:
+                return attribute(*args, **kwargs)
+            finally:
+                self.bound(self.rest)
+
+        return call
 
 
 def _port_said(cluster: ClusterInfo) -> str:
@@ -122,10 +208,20 @@ def _warn_the_other_job(cluster: ClusterInfo) -> None:
             f"a job's rank 0 ({socket.gethostname()}, pid {os.getpid()}) found "
             f"{_port_said(cluster)} taken by another job, so ranks of both jobs may be "
             "joining one rendezvous; give each job its own MASTER_PORT",
+            _key_if_any(),
         )
 
 
-def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
+def _key_if_any() -> bytes | None:
+    """This user's job secret, to sign a message to a job with, or None where it is off or
+    cannot be loaded (the message is then quoted as a process on the port's)."""
+    try:
+        return load_secret(None).key
+    except AccelBackendsError:
+        return None
+
+
+def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> _Bounded:
     """torch's store client, constructed on the calling thread once a pure-Python query has shown
     that a store answers at rank 0's address (`storewire`): torch's client blocks
     for minutes, whatever its timeout, on a peer that accepts and never answers, and a thread
@@ -171,23 +267,33 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> Any:
             "MASTER_PORT), or a firewall drops them; rank 0 may be running"
         )
     if peer is not storewire.Peer.STORE:
-        raise RendezvousError(
+        other = RendezvousError(
             f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
             f"answer as a rendezvous store within {seconds:g} s ({peer.value}): another program "
             "is using that port, or the store is flooded with connections that never speak (a "
             "denial of service on MASTER_PORT)"
         )
+        if peer is storewire.Peer.OTHER and time.monotonic() < deadline:
+            # Closed or reset under the query: rank 0's store of the previous cycle as it goes
+            # (`meet` asks again until the deadline; another program stays named then).
+            raise _StoreGone(other)
+        raise other
     try:
         remaining = torchcompat.store_timeout(max(0.1, deadline - time.monotonic()))
-        return dist.TCPStore(
+        before = _socket_fds()
+        client = dist.TCPStore(
             cluster.master_addr, cluster.master_port, cluster.world_size, False, remaining
         )
+        return _Bounded(client, sorted(_socket_fds() - before), deadline)
     except RuntimeError as exc:  # DistError; a plain RuntimeError before torch 2.6
-        raise RendezvousError(
+        unreached = RendezvousError(
             f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
             f"{seconds:g} s: {first_line(exc).rstrip('.')}; is rank 0 running, "
             "and is the address reachable from this node?"
-        ) from None
+        )
+        # A store answered the probe a moment ago: it went away in between (the previous
+        # cycle's, see `meet`), unless the time is up.
+        raise (_StoreGone(unreached) if time.monotonic() < deadline else unreached) from None
 
 
 def _until_listening(
@@ -308,22 +414,42 @@ def meet(
     elif server is None:  # host_early checked it before hosting
         _check_master_addr(cluster, join_timeout)
     timeout = timedelta(seconds=join_timeout)
-    if server is not None:
-        raw = server
-    elif cluster.rank == 0 and not cluster.store_hosted:
-        raw = _server(cluster, timeout)
-    else:
-        raw = _client(cluster, timeout, deadline)
-    return _join(
-        raw,
-        cluster,
-        join_timeout,
-        deadline,
-        generation,
-        where=f"{cluster.master_addr}:{cluster.master_port}",
-        secret=secret,
-        choice=choice,
-    )
+    where = f"{cluster.master_addr}:{cluster.master_port}"
+    if server is not None or (cluster.rank == 0 and not cluster.store_hosted):
+        raw = server if server is not None else _server(cluster, timeout)
+        return _join(
+            raw,
+            cluster,
+            join_timeout,
+            deadline,
+            generation,
+            where=where,
+            secret=secret,
+            choice=choice,
+        )
+    while True:
+        try:
+            raw = _client(cluster, timeout, deadline)
+            return _join(
+                raw,
+                cluster,
+                join_timeout,
+                deadline,
+                generation,
+                where=where,
+                secret=secret,
+                choice=choice,
+                reconnect=True,
+            )
+        except _StoreGone as gone:
+            # Rank 0's store of the previous cycle, still up when this rank came back from
+            # destroy() sooner than rank 0, was torn down under the wait for this attempt:
+            # rank 0 hosts the new one on the same port, in a moment.
+            raw = None  # the old store's client goes now, not at the next assignment
+            if time.monotonic() + _RECONNECT >= deadline:
+                raise gone.error from None
+            log.debug("%s; connecting again", gone.error)
+            time.sleep(_RECONNECT)
 
 
 def _join(
@@ -336,24 +462,38 @@ def _join(
     where: str,
     secret: Secret,
     choice: dict[str, str] | None = None,
+    reconnect: bool = False,
 ) -> Rendezvous:
-    """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank."""
+    """Prove membership and wait, until ``deadline``, for rank 0 to admit every rank. With
+    ``reconnect`` (a client of rank 0's store), a store that goes away before this rank took an
+    attempt in it raises `_StoreGone`, for the caller to connect again."""
     import torch.distributed as dist
 
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
     port = cluster.master_port
+    watch = network.PortWatch(port) if hosts_store and port is not None else None
 
     def diagnose() -> str:
-        if not hosts_store or port is None:
+        if watch is None:
             return ""
-        peers = network.connections_to(port)
+        peers = network.connections_to(watch.port)
         # Each rank holds one connection, rank 0's own client included.
-        if len(peers) <= cluster.world_size:
+        if len(peers) > cluster.world_size:
+            return (
+                f"; {len(peers)} connections are open to port {watch.port}, more than the "
+                f"job's {cluster.world_size} ranks use: another program is holding the port's "
+                "connections (a denial of service), which may keep the missing ranks out"
+            )
+        watch.sample()
+        # Each rank makes two: the probe that finds the store (`_client`), then torch's client.
+        if len(watch.seen) <= _CONNECTIONS_PER_RANK * cluster.world_size:
             return ""
         return (
-            f"; {len(peers)} connections are open to port {port}, more than the job's "
-            f"{cluster.world_size} ranks use: another program is holding the port's "
-            "connections (a denial of service), which may keep the missing ranks out"
+            f"; {len(watch.seen)} different connections came to port {watch.port} during the "
+            f"wait (at most {watch.peak} open at once), many more than the job's "
+            f"{cluster.world_size} ranks make: another program is opening and closing "
+            "connections to the port (a denial of service), which may keep the missing ranks "
+            "out"
         )
 
     def peers() -> str:
@@ -364,6 +504,19 @@ def _join(
         more = f" and {len(found) - _PEERS_SHOWN} more" if len(found) > _PEERS_SHOWN else ""
         return f" (connected to the store: {shown}{more})"
 
+    def failed(exc: Exception) -> RendezvousError:
+        if first_line(exc).startswith("Socket Timeout"):  # `_Bounded`'s deadline
+            return RendezvousError(
+                f"rank {cluster.rank}: the rendezvous store at {where} stopped answering: no "
+                f"reply by the end of the {join_timeout:g} s rendezvous timeout (rank 0 is "
+                "stopped or overloaded, or its store of a previous cycle was being torn down)"
+            )
+        return RendezvousError(
+            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
+            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
+            "store)"
+        )
+
     try:
         generation = membership.open_attempt(
             raw,
@@ -373,7 +526,14 @@ def _join(
             deadline=deadline,
             join_timeout=join_timeout,
             where=where,
+            key=secret.key,
         )
+    except dist.DistError as exc:
+        if not reconnect:
+            raise failed(exc) from None
+        # Before this rank took an attempt: the store that went was not (yet) this cycle's.
+        raise _StoreGone(failed(exc)) from None
+    try:
         prefix = f"{_KEY}/{cluster.run_id}/{generation}/"
         admission = membership.admit(
             raw,
@@ -387,14 +547,24 @@ def _join(
             diagnose=diagnose,
             peers=peers,
             choice=choice,
+            sample=watch.sample if watch is not None else None,
         )
     except dist.DistError as exc:
-        raise RendezvousError(
-            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
-            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
-            "store)"
-        ) from None
+        raise failed(exc) from None
+    if isinstance(raw, _Bounded):
+        # torch's own store objects for init_process_group; reads bounded as ``rest`` says.
+        return Rendezvous(
+            dist.PrefixStore(prefix, raw.raw), raw.raw, admission, generation, client=raw
+        )
     return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission, generation)
+
+
+class _StoreGone(Exception):
+    """The store went away before this rank took an attempt in it (``error`` says how)."""
+
+    def __init__(self, error: RendezvousError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def free_loopback_socket() -> socket.socket:
@@ -434,9 +604,19 @@ def tell_the_job(cluster: ClusterInfo, message: str, seconds: float) -> None:
         or not cluster.master_port
     ):
         return
+    if network.master_addr_problem(
+        cluster.master_addr, cluster.source("master_addr"), check_resolves=False
+    ):
+        return  # the address this rank has just refused: nobody can be told there
     deadline = time.monotonic() + seconds
-    _, client, _ = storewire.probe(cluster.master_addr, cluster.master_port, deadline)
+    # Nothing listening means rank 0 has not hosted its store: it is starting (slower than
+    # this rank by a moment at most, as `host_early` listens before detection), or it is not
+    # coming (it refused the same setting, or it is not started). Waiting the whole of
+    # ``seconds`` for it kept this rank 10 s past rank 0's own exit.
+    _, client, _ = storewire.probe(
+        cluster.master_addr, cluster.master_port, deadline, patience=_TELL_PATIENCE
+    )
     if client is None:
         return
     with contextlib.closing(client), contextlib.suppress(OSError):
-        membership.report_conflict(client, f"{_KEY}/{cluster.run_id}/", message)
+        membership.report_conflict(client, f"{_KEY}/{cluster.run_id}/", message, _key_if_any())

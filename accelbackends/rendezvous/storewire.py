@@ -82,22 +82,32 @@ class StoreClient:
 
 
 def probe(
-    host: str, port: int, deadline: float, waiting: Callable[[], None] | None = None
+    host: str,
+    port: int,
+    deadline: float,
+    waiting: Callable[[], None] | None = None,
+    *,
+    patience: float | None = None,
 ) -> tuple[Peer, StoreClient | None, str]:
     """Ask ``host:port`` until ``deadline`` whether a torch store answers there.
 
     A refused or unreachable connection is tried again every few milliseconds (the store may
-    not listen yet), calling ``waiting`` before each new try; an accepted one is waited on until
-    the deadline, which also covers a store that answers late (the 5-second stall of
-    docs/performance.md). Returns what answered, a connected client when it was a store (the
-    caller closes it), and the last error in words."""
+    not listen yet), calling ``waiting`` before each new try, for ``patience`` seconds at most
+    where it is given; with ``patience``, a host name that does not resolve is not tried again
+    at all. An accepted connection is waited on until the deadline, which also covers a store
+    that answers late (the 5-second stall of docs/performance.md). Returns what answered, a
+    connected client when it was a store (the caller closes it), and the last error in words."""
     error = "no answer"
+    if patience is not None:
+        deadline = min(deadline, time.monotonic() + patience)
     while True:
         remaining = deadline - time.monotonic()
         try:
             sock = socket.create_connection((host, port), timeout=max(0.001, remaining))
         except OSError as exc:  # refused (not listening yet), unreachable, dropped: again
             error = str(exc) or type(exc).__name__
+            if patience is not None and isinstance(exc, socket.gaierror):
+                return Peer.NOBODY, None, error
             if time.monotonic() + _RETRY >= deadline:
                 # A connect that timed out was neither refused nor accepted: a backlog full of
                 # connections that never speak, or a firewall dropping them.

@@ -37,3 +37,32 @@ def test_a_sigterm_whose_handler_never_ran_ends_the_command_with_143_not_its_ver
     assert done.returncode == 143, (done.returncode, done.stdout, done.stderr)
     assert "PASSED" not in done.stdout
     assert done.stderr.strip() == "accelbackends: terminated"
+
+
+#: A rank forked while the command watches for SIGTERM, and ended by a SIGTERM of its own (as
+#: spawn() ends a rank): the command is not the one signalled and goes on to its verdict.
+_FORKED_RANK_SIGNALLED = """
+import os, signal, sys
+from accelbackends.cli.sigterm import watch_sigterm
+
+with watch_sigterm(143, "accelbackends: terminated", grace=0.5):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        signal.raise_signal(signal.SIGTERM)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+print("verdict: PASSED", flush=True)
+sys.exit(0)
+"""
+
+
+def test_a_sigterm_of_a_forked_rank_does_not_end_the_command() -> None:
+    """Before: the rank inherited the command's wakeup fd and its pipe; its own SIGTERM was
+    written there, and the command's watchdog ended the command with 143."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_RANK_SIGNALLED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout.strip() == "verdict: PASSED"

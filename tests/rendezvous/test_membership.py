@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -9,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import accelbackends
 from accelbackends import ConfigError, RendezvousError
 from accelbackends.rendezvous import membership
 from accelbackends.testing.cluster import clean_environment
@@ -718,3 +721,88 @@ def test_a_wait_for_store_keys_asks_again_soon_then_less_often(monkeypatch):
     monkeypatch.setattr(membership.time, "sleep", sleep)
     assert membership._Store(store, "job/1/").wait(names, 3600)
     assert pauses == [0.001, 0.002, 0.004, 0.008, 0.01, 0.01, 0.01, 0.01, 0.01]
+
+
+# --- what a process on the port writes is quoted, never the job's word -------------------------
+
+#: What a local user wrote into a job's ``conflict`` key in an adversarial run: every rank
+#: showed it as the job's own verdict.
+ORDER = "set ACCELBACKENDS_SECRET=off on every rank and restart the job"
+
+
+@pytest.mark.slow
+def test_unsigned_conflict_is_quoted_as_a_process_on_the_port_not_the_jobs_verdict(
+    config_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Before: rank 0 failed with the intruder's words as its own error line, verbatim."""
+    line = _attacked_rank_zero(
+        config_home, processes, "scribe.py", "accelbackends//conflict", ORDER
+    )
+    assert f"a process on the port says: {ORDER!r} (not signed with this job's secret" in line
+    assert "MASTER_PORT" in line
+    assert not line.split("RendezvousError: ", 1)[-1].startswith(ORDER), line
+
+
+def test_attempt_number_replaced_by_a_process_on_the_port_is_named_by_rank_zero(
+    config_home: Path,
+) -> None:
+    """Before: a process on the port replaced the attempt number rank 0 announced (7); rank 1
+    would wait in an attempt rank 0 never opens, and rank 0 said "rank 1 missing" at its
+    rendezvous timeout, naming no forgery."""
+    port = _free_port()
+    done = threading.Event()
+
+    def replace() -> None:
+        client = None
+        while client is None and not done.is_set():
+            try:
+                client = dist.TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=10))
+            except RuntimeError:
+                time.sleep(0.05)
+        while client is not None and not done.is_set():
+            open_key = "accelbackends//open"
+            if client.check([open_key]) and client.get(open_key) != b"7":
+                client.set(open_key, "7")
+            time.sleep(0.05)
+
+    intruder = threading.Thread(target=replace, daemon=True)
+    intruder.start()
+    env = _rank_env(config_home, 0, port)
+    try:
+        with pytest.raises(RendezvousError) as caught:
+            accelbackends.init(registry=accelbackends.Registry(env=env), rendezvous_timeout=20)
+    finally:
+        done.set()
+        intruder.join(LIMIT)
+    message = str(caught.value)
+    assert "rank 1 missing" not in message, message
+    assert message.startswith("rank 0: the attempt number it announced at 127.0.0.1:"), message
+    assert "was replaced: a process on the port says: 'attempt 7' (not signed" in message
+
+
+def test_conflict_of_a_failed_attempt_does_not_end_the_next_attempt_of_the_process() -> None:
+    """Before: a conflict rank 0 wrote as one attempt failed (its keys already taken) stayed in
+    a store that outlives the attempts (torchrun's agent's) and ended the process's next
+    attempt at once, with the old attempt's message."""
+    raw = dist.HashStore()
+    secret = membership.Secret(b"k" * 32, "a test secret")
+    raw.set("accelbackends/run/1/nonce", "someone else's")
+
+    def attempt(number: int, seconds: float) -> str:
+        with pytest.raises(RendezvousError) as caught:
+            membership.admit(
+                raw,
+                f"accelbackends/run/{number}/",
+                rank=0,
+                world_size=2,
+                secret=secret,
+                deadline=time.monotonic() + seconds,
+                join_timeout=seconds,
+                where="test",
+            )
+        return str(caught.value)
+
+    assert "were already written by another process" in attempt(1, 5)
+    second = attempt(2, 1.5)
+    assert "already written" not in second, second
+    assert "rendezvous timed out after 1.5 s: 1/2 ranks joined" in second

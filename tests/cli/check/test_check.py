@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,7 @@ and its end reaches spawn()'s parent late (tests/dying.py, on the ranks' PYTHONP
 
 import os
 import re
+import shutil
 import signal
 import socket
 import time
@@ -884,3 +886,53 @@ def test_send_recv_ring_over_gloo_skips_gpu_tensors_naming_why() -> None:
     ctx = types.SimpleNamespace(world_size=2, rank=0, backend="gloo", device=torch.device("meta"))
     said = collectives._send_recv_ring(ctx, "float32", None)  # type: ignore[arg-type]
     assert said == "skipped: Gloo sends and receives host tensors only, not meta ones"
+
+
+def _unshare_can_mount() -> str | None:
+    """Why a private tmpfs cannot be mounted here (None where it can)."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"no user+mount namespace with tmpfs here: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.mark.parametrize("free_inodes", [1, 2])
+def test_check_with_a_full_tmpdir_names_tmpdir_the_folder_and_the_fix(
+    tmp_path: Path, free_inodes: int
+) -> None:
+    """Before: with TMPDIR on a tmpfs with one inode left (enough for Python's test of the
+    folder and check's progress file, not for spawn's folder), ``check`` ended in a traceback,
+    ``OSError: [Errno 28] No space left on device``; with two left, "rank 1 of 2 raised
+    DistStoreError: No space left on device" (the store file). A tmpfs in a private user and
+    mount namespace (``unshare -rm``): nothing is mounted on the machine itself."""
+    if (why := _unshare_can_mount()) is not None:
+        pytest.skip(why)
+    full = tmp_path / "full"
+    full.mkdir()
+    # nr_inodes counts the root folder: one more than the inodes left free.
+    script = (
+        f"mount -t tmpfs -o size=1m,nr_inodes={free_inodes + 1} tmpfs {full} && "
+        f'exec "$0" -m accelbackends check --nproc 2 ' + " ".join(QUICK)
+    )
+    env = {**clean_environment(os.environ), "TMPDIR": str(full)}
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, sys.executable],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("accelbackends: error: cannot create "), error
+    assert f"in the temp folder {full} (TMPDIR={str(full)!r}): No space left on device" in error
+    assert error.endswith("or set TMPDIR to a folder of this user's with room"), error
