@@ -317,6 +317,8 @@ def _run(args: Any, argv: list[str]) -> int:
 
 def run() -> None:
     """The console script: ``main``, then exit without waiting for plugins' threads."""
+    from ..host import guard
     from .process import exit
 
+    guard.own_process()
     exit(main())

@@ -35,15 +35,28 @@ Why threads and not a probe subprocess, as conda does for CUDA: a child interpre
 the plugins and runs detection costs 0.3 to 0.5 s on every ``info``, ``select()`` and ``init()``
 (see benchmarks/README.md), where a thread costs about 0.1 ms; a plugin that hangs is rare, and
 what a stuck thread could still break, a fork or an exit, is guarded here.
+
+A thread's deadline holds only while the waiting thread can take the GIL back. A third-party call
+that spins in C code holding the GIL (a C extension's busy loop) stops every other thread, the
+waiting one and the SIGTERM watchdog of `accelbackends.cli.sigterm` included. In a process
+accelbackends owns (the command line, `own_process`), such a call therefore also runs under two
+bounds that need no GIL (`held_bound`): faulthandler's C watchdog ends the process with status 1
+at the limit plus `GIL_GRACE_S` (the waiting thread, once it has the GIL, disarms it first), and
+SIGTERM has its default action, so that it ends the process at once. The call's thread runs
+under a frame named after the message, which faulthandler's traceback prints: faulthandler writes
+only a traceback, and nothing else can write while the GIL is held. In a user's process (library
+calls) neither is done: its signal handlers and faulthandler belong to the user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -56,15 +69,23 @@ __all__ = [
     "bounded",
     "failure",
     "give_up",
+    "held_bound",
     "leave",
+    "own_process",
     "stuck",
 ]
+
+#: Seconds past its limit that a third-party call holding the GIL gets before the process ends.
+GIL_GRACE_S = 2.0
 
 _T = TypeVar("_T")
 
 #: Threads given up on, as (what, thread); pruned of the finished ones by ``stuck``.
 _abandoned: list[tuple[str, threading.Thread]] = []
 _lock = threading.Lock()
+#: Whether this process is accelbackends' own (`own_process`); whether a `held_bound` is armed.
+_owned = False
+_armed = False
 
 
 class PluginExit(Exception):
@@ -94,12 +115,17 @@ def failure(exc: BaseException) -> str:
 
 
 class Call(Generic[_T]):
-    """``function()`` running in a daemon thread named after ``what``."""
+    """``function()`` running in a daemon thread named after ``what``. ``foreign`` names the
+    third-party code it runs ("plugin 'x''s import"): what a `held_bound` says of it."""
 
-    def __init__(self, function: Callable[[], _T], what: str) -> None:
+    def __init__(
+        self, function: Callable[[], _T], what: str, foreign: str | None = None, limit: float = 0
+    ) -> None:
         self.what = what
         self._value: _T | None = None
         self._error: BaseException | None = None
+        if foreign is not None:
+            function = _named(_held_message(foreign, limit), function)
         self._thread = threading.Thread(
             target=self._run, args=(function,), name=f"accelbackends: {what}", daemon=True
         )
@@ -138,14 +164,67 @@ class Call(Generic[_T]):
         return None
 
 
-def bounded(function: Callable[[], _T], limit: float, what: str) -> _T:
+def bounded(function: Callable[[], _T], limit: float, what: str, foreign: str | None = None) -> _T:
     """``function()``'s value, or what it raised; ``PluginTimeout`` after ``limit``
-    seconds, leaving the call running and recorded."""
-    call = Call(function, what)
-    if not call.wait(limit):
+    seconds, leaving the call running and recorded. ``foreign`` (see `Call`): third-party
+    code, also bounded while it holds the GIL (`held_bound`)."""
+    call = Call(function, what, foreign, limit)
+    with held_bound(limit, foreign is not None):
+        finished = call.wait(limit)
+    if not finished:
         call.abandon()
         raise PluginTimeout(what, limit, call)
     return call.result()
+
+
+def own_process() -> None:
+    """This process is accelbackends' own (the command line): `held_bound` arms its bounds."""
+    global _owned
+    _owned = True
+
+
+def _held_message(foreign: str, limit: float) -> str:
+    return (
+        f"accelbackends: {foreign} did not return within {limit:g} s while holding the GIL; "
+        "the process ends (exit 1)"
+    )
+
+
+def _named(name: str, function: Callable[[], _T]) -> Callable[[], _T]:
+    """``function`` called from a frame whose function name is ``name`` (faulthandler prints it
+    on every line of the call's traceback that is this frame)."""
+
+    def call() -> _T:
+        return function()
+
+    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+    return call
+
+
+@contextlib.contextmanager
+def held_bound(limit: float, foreign: bool = True) -> Iterator[None]:
+    """While the block waits for ``foreign`` code in a process accelbackends owns, and from its
+    main thread: the process ends (status 1, faulthandler's traceback on stderr) should the
+    block still run ``GIL_GRACE_S`` past ``limit``, and SIGTERM ends it at once (its default
+    action). Nothing is done when nested, elsewhere, or for the built-in plugins' code."""
+    global _armed
+    if (
+        not foreign
+        or not _owned
+        or _armed
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    _armed = True
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    faulthandler.dump_traceback_later(limit + GIL_GRACE_S, exit=True, file=2)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        _armed = False
 
 
 def give_up(what: str, thread: threading.Thread) -> None:

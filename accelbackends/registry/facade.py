@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import pluggy
 
 from .. import accelerators, environments
-from ..host.guard import Call, PluginTimeout, bounded, codes_of, failure
+from ..host.guard import Call, PluginTimeout, bounded, codes_of, failure, held_bound
 from ..plugin import config, hookspecs, installed
 from ..plugin.errors import (
     AccelBackendsError,
@@ -274,7 +274,14 @@ class Registry:
             # A third-party plugin's own code runs bounded, in a thread (`host.guard`);
             # os._exit at import is made a failure of the plugin (`exits`).
             plugin = (
-                load() if builtin else bounded(refusing_exit(load), self.detect_timeout, "import")
+                load()
+                if builtin
+                else bounded(
+                    refusing_exit(load),
+                    self.detect_timeout,
+                    "import",
+                    f"plugin {name!r}'s import",
+                )
             )
         except PluginTimeout as exc:
             self._fail(
@@ -308,7 +315,12 @@ class Registry:
             declared = (
                 impl.function()
                 if builtin
-                else bounded(impl.function, self.detect_timeout, impl.function.__name__)
+                else bounded(
+                    impl.function,
+                    self.detect_timeout,
+                    impl.function.__name__,
+                    f"plugin {name!r}'s {impl.function.__name__} hook",
+                )
             )
             if not isinstance(declared, (list, tuple)) or not all(
                 isinstance(spec, AcceleratorSpec) for spec in declared
@@ -469,8 +481,20 @@ class Registry:
         """A hook that only reads (the environment, the candidates) and may run third-party
         code: bounded like a probe. The hooks of ``init()`` (bind, backend options, post-init)
         are not: CUDA's current device is per thread, and they may take long for good reasons."""
+        third_party = sorted(
+            {
+                impl.plugin_name
+                for impl in hook.get_hookimpls()
+                if not getattr(self._plugins.get(impl.plugin_name), "builtin", False)
+            }
+        )
+        foreign = (
+            f"a hook of the plugins {', '.join(map(repr, third_party))} while {doing}"
+            if third_party
+            else None
+        )
         try:
-            return bounded(call, self.detect_timeout, doing)
+            return bounded(call, self.detect_timeout, doing, foreign)
         except PluginTimeout as exc:
             culprit = exc.call.where(
                 codes_of((impl.function, impl.plugin_name) for impl in hook.get_hookimpls())
@@ -488,13 +512,20 @@ def _detect_all(
     """Every probe at once, each in its own thread; one that has not answered by ``limit``
     seconds counts as unavailable (a hung driver query must not hang ``info``)."""
     calls = [
-        Call(functools.partial(_guarded_detect, spec, info, probe), f"detecting {spec.name}")
+        Call(
+            functools.partial(_guarded_detect, spec, info, probe),
+            f"detecting {spec.name}",
+            None if info.builtin else f"plugin {info.name!r}'s probe of {spec.name!r}",
+            limit,
+        )
         for spec, info in pairs
     ]
     deadline = time.monotonic() + limit
     verdicts = []
-    for call, (_, info) in zip(calls, pairs, strict=True):
-        if call.wait(deadline - time.monotonic()):
+    with held_bound(limit, any(not info.builtin for _, info in pairs)):
+        waited = [call.wait(deadline - time.monotonic()) for call in calls]
+    for call, finished, (_, info) in zip(calls, waited, pairs, strict=True):
+        if finished:
             verdicts.append(call.result())
         else:
             call.abandon()

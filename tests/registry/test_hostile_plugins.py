@@ -5,12 +5,17 @@ answers (``--json`` stays parseable, the command exits, nothing waits for the pl
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+
+from accelbackends.testing import cluster as kit_cluster
 
 PluginDist = Callable[..., Path]
 
@@ -240,3 +245,75 @@ def test_plugin_calling_os_exit_at_import_is_failed_by_name_and_the_command_answ
         assert entry["status"] == "failed"
         assert "called os._exit(3) while it was imported" in entry["error"]
     assert "plugin 'exiter'" in result.stderr and "os._exit(3)" in result.stderr
+
+
+#: Blocks holding the GIL: a ctypes.PyDLL call does not release it (a C extension's busy loop).
+#: The line before it tells the test that the plugin is there.
+_HOLD_GIL = (
+    "import ctypes, os\nos.write(2, b'holding the GIL\\n')\nctypes.PyDLL(None).sleep(3600)\n"
+)
+
+_GIL_HOOKS = {
+    "import": _HOLD_GIL,
+    "declare hook": (
+        "from accelbackends.plugin import hookimpl\n\n"
+        "@hookimpl\ndef accelbackends_declare_accelerators():\n"
+        + "".join(f"    {line}\n" for line in _HOLD_GIL.splitlines())
+    ),
+    "probe": _DETECT.replace(
+        "    raise {error}\n", "".join(f"    {line}\n" for line in _HOLD_GIL.splitlines())
+    ).replace("grumpy", "hog"),
+    "cluster hook": (
+        _DECLARES_NOTHING
+        + "\n@hookimpl\ndef accelbackends_cluster_environment(env):\n"
+        + "".join(f"    {line}\n" for line in _HOLD_GIL.splitlines())
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("import", "plugin 'hog''s import"),
+        ("declare hook", "plugin 'hog''s accelbackends_declare_accelerators hook"),
+        ("probe", "plugin 'hog''s probe of 'hog'"),
+        (
+            "cluster hook",
+            "a hook of the plugins 'hog' while recognising the cluster environment",
+        ),
+    ],
+)
+def test_plugin_holding_the_gil_ends_info_after_the_limit_naming_it(
+    plugin_dist: PluginDist, where: str, said: str
+) -> None:
+    """Before: the thread's deadline never fired (the waiting thread needs the GIL), and info
+    ran until the plugin let go of it (here an hour; the safety net failed the test)."""
+    result = _info(plugin_dist("hog", _GIL_HOOKS[where]))
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"accelbackends: {said} did not return within 2 s while holding the GIL; "
+        "the process ends (exit 1)" in result.stderr
+    )
+    assert result.stderr.count("holding the GIL\n") == 1  # the plugin ran once, then the end
+
+
+def test_sigterm_ends_info_while_a_plugin_holds_the_gil(plugin_dist: PluginDist) -> None:
+    """Before: the SIGTERM handler and its watchdog thread need the GIL: the signal was obeyed
+    only once the plugin let go of it. The limit is far away: only the signal can end it."""
+    site = plugin_dist("hog", _HOLD_GIL)
+    env = kit_cluster.clean_environment(os.environ)
+    env.update({**CPU, "ACCELBACKENDS_PLUGIN_TIMEOUT": "3000", "PYTHONPATH": str(site)})
+    with subprocess.Popen(
+        [sys.executable, "-m", "accelbackends", "info"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as child:
+        try:
+            assert child.stderr is not None
+            assert child.stderr.readline() == b"holding the GIL\n"
+            child.send_signal(signal.SIGTERM)
+            # Obeyed at once, by the signal's default action; the timeout is a safety net only.
+            assert child.wait(timeout=60) == -signal.SIGTERM
+        finally:
+            child.kill()
