@@ -197,7 +197,7 @@ def _named(name: str, function: Callable[[], _T]) -> Callable[[], _T]:
     def call() -> _T:
         return function()
 
-    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+    call.__code__ = call.__code__.replace(co_name=name)
     return call
 
 
