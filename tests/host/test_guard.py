@@ -4,6 +4,7 @@ spawn() from forking and makes the exit of a process we own skip the interpreter
 from __future__ import annotations
 
 import dataclasses
+import signal
 import subprocess
 import sys
 import threading
@@ -151,3 +152,38 @@ def test_check_heartbeat_stop_joins_its_thread() -> None:
     heartbeat.stop()
     assert not thread.is_alive()
     assert guard.stuck() == []
+
+
+def _sigterm_action() -> object:
+    return signal.getsignal(signal.SIGTERM)
+
+
+def test_sigterm_has_its_default_action_only_while_third_party_code_of_an_owned_process_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Python SIGTERM handler cannot run while a plugin holds the GIL; the default action can.
+    Only in a process accelbackends owns, only around third-party code, and put back after."""
+    previous = signal.getsignal(signal.SIGTERM)
+    foreign = "plugin 'x''s probe"
+    assert guard.bounded(_sigterm_action, 60, "probing", foreign) == previous  # a user's process
+    monkeypatch.setattr(guard, "_owned", True)
+    assert guard.bounded(_sigterm_action, 60, "probing") == previous  # a built-in plugin's code
+    assert guard.bounded(_sigterm_action, 60, "probing", foreign) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+_DISARMED = """
+import time
+from accelbackends.host import guard
+guard.own_process()
+guard.bounded(lambda: None, 0.1, "probing", "plugin 'x''s probe")
+time.sleep(0.1 + guard.GIL_GRACE_S + 1)  # an armed watchdog would have ended the process by now
+print("still running", end="")
+"""
+
+
+def test_the_gil_watchdog_is_disarmed_once_the_third_party_call_returns() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _DISARMED], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "still running"), done.stderr
