@@ -488,11 +488,11 @@ class Registry:
                 if not getattr(self._plugins.get(impl.plugin_name), "builtin", False)
             }
         )
-        foreign = (
-            f"a hook of the plugins {', '.join(map(repr, third_party))} while {doing}"
-            if third_party
-            else None
-        )
+        foreign = None
+        if len(third_party) == 1:
+            foreign = f"plugin {third_party[0]!r}'s hook while {doing}"
+        elif third_party:
+            foreign = f"a hook of the plugins {', '.join(map(repr, third_party))} while {doing}"
         try:
             return bounded(call, self.detect_timeout, doing, foreign)
         except PluginTimeout as exc:

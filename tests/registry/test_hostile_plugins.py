@@ -277,10 +277,7 @@ _GIL_HOOKS = {
         ("import", "plugin 'hog''s import"),
         ("declare hook", "plugin 'hog''s accelbackends_declare_accelerators hook"),
         ("probe", "plugin 'hog''s probe of 'hog'"),
-        (
-            "cluster hook",
-            "a hook of the plugins 'hog' while recognising the cluster environment",
-        ),
+        ("cluster hook", "plugin 'hog''s hook while recognising the cluster environment"),
     ],
 )
 def test_plugin_holding_the_gil_ends_info_after_the_limit_naming_it(
