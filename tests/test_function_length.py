@@ -29,8 +29,6 @@ LONG: dict[str, int] = {
     "job/select.py::select": 78,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
     "rendezvous/membership.py::_admit_as_rank_zero": 71,
-    "rendezvous/store.py::meet": 66,
-    "rendezvous/store.py::_join": 68,
 }
 
 
