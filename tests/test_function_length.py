@@ -28,7 +28,6 @@ LONG: dict[str, int] = {
     "job/attach.py::attach": 70,
     "job/select.py::select": 78,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
-    "rendezvous/membership.py::_admit_as_rank_zero": 71,
 }
 
 
