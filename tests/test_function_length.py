@@ -26,7 +26,6 @@ LONG: dict[str, int] = {
     "environments/_common.py::read_mpi_style": 69,
     "job/affinity.py::plan": 79,
     "job/attach.py::attach": 70,
-    "job/select.py::select": 78,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
 }
 
