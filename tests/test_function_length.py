@@ -25,7 +25,6 @@ LONG: dict[str, int] = {
     "cli/check/options.py::add_arguments": 116,
     "environments/_common.py::read_mpi_style": 69,
     "job/affinity.py::plan": 79,
-    "job/attach.py::attach": 70,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
 }
 
