@@ -24,7 +24,6 @@ LONG: dict[str, int] = {
     "accelerators/cuda.py::verdict": 64,
     "cli/check/options.py::add_arguments": 116,
     "environments/_common.py::read_mpi_style": 69,
-    "job/affinity.py::plan": 79,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
 }
 
