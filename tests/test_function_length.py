@@ -24,13 +24,7 @@ LONG: dict[str, int] = {
     "accelerators/cuda.py::verdict": 64,
     "cli/check/options.py::add_arguments": 116,
     "environments/_common.py::read_mpi_style": 69,
-    "job/affinity.py::plan": 79,
-    "job/attach.py::attach": 70,
-    "job/select.py::select": 78,
     "plugin/types.py::AcceleratorSpec.__post_init__": 64,
-    "rendezvous/membership.py::_admit_as_rank_zero": 71,
-    "rendezvous/store.py::meet": 66,
-    "rendezvous/store.py::_join": 68,
 }
 
 

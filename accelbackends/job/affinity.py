@@ -275,15 +275,30 @@ def plan(
     give every rank a CPU of its own.
     """
     notes: list[str] = []
-    allowed = topology.allowed
-    nodes = {n: cpus & allowed for n, cpus in sorted(topology.nodes.items()) if cpus & allowed}
-    ranks: list[RankPlan] = []
     if device_type != "cpu" and not any(localities or ()):
         notes.append(
             f"the {accelerator} devices report no locality"
             + ("" if localities is None else " (their NUMA node is not in sysfs)")
             + ": ranks are not placed near their devices"
         )
+    ranks = _near_cpus(topology, local_world_size, device_type, localities, notes)
+    if mode != NUMA:
+        _share_out(mode, ranks, topology, notes)
+    return Plan(mode, accelerator, tuple(ranks), topology, tuple(notes))
+
+
+def _near_cpus(
+    topology: Topology,
+    local_world_size: int,
+    device_type: str,
+    localities: Sequence[Locality | None] | None,
+    notes: list[str],
+) -> list[RankPlan]:
+    """Each local rank's plan with the CPUs near its device (a CPU rank: its share of the NUMA
+    nodes), which ranks may share; what had to be given up is added to ``notes``."""
+    allowed = topology.allowed
+    nodes = {n: cpus & allowed for n, cpus in sorted(topology.nodes.items()) if cpus & allowed}
+    ranks: list[RankPlan] = []
     for rank in range(local_world_size):
         if device_type == "cpu":
             node = list(nodes)[rank * len(nodes) // local_world_size] if nodes else None
@@ -308,8 +323,12 @@ def plan(
             near = allowed
         node = found.numa_node if found.numa_node is not None else topology.node_of(near)
         ranks.append(RankPlan(rank, device, node, near, found.source))
-    if mode == NUMA:
-        return Plan(mode, accelerator, tuple(ranks), topology, tuple(notes))
+    return ranks
+
+
+def _share_out(mode: str, ranks: list[RankPlan], topology: Topology, notes: list[str]) -> None:
+    """Replace the near CPUs of ``ranks`` with exclusive shares of them where there are enough
+    (else raise in ``exclusive``; in another mode they share them, with a note)."""
     # Exclusive shares, one group of ranks per set of near CPUs; the narrowest sets first, so
     # that ranks whose device has no locality take what the others leave.
     groups: dict[frozenset[int], list[int]] = {}
@@ -343,7 +362,6 @@ def plan(
         for member, share in zip(members, parts, strict=True):
             ranks[member] = replace(ranks[member], cpus=share)
         taken |= pool
-    return Plan(mode, accelerator, tuple(ranks), topology, tuple(notes))
 
 
 def _localities(

@@ -90,6 +90,25 @@ def _framework_device(selection: Selection, local_rank: int) -> Any:
     return torch.device(selection.accelerator, local_rank)
 
 
+def _backend_used(device: Any, selection: Selection, group_backend: str) -> str:
+    """The backend the group uses for ``device``'s tensors; warns once where ``device`` or that
+    backend is not what accelbackends would select."""
+    backends = pg_backends(group_backend)
+    used = backends.get(device.type, backends.get("", group_backend))
+    if device.type != selection.accelerator:
+        _warn_once(
+            f"the framework trains on {device} but accelbackends would select "
+            f"{selection.accelerator!r} ({selection.reason})"
+        )
+    if used != selection.backend:
+        _warn_once(
+            f"the process group uses backend {group_backend!r} for {device.type} tensors but "
+            f"accelbackends would select {selection.backend!r} for {selection.accelerator} "
+            f"({selection.backend_reason})"
+        )
+    return used
+
+
 def attach(
     *,
     device: Any = None,
@@ -150,19 +169,7 @@ def attach(
     if device is None:
         device = _framework_device(selection, cluster.local_rank)
     device = torch.device(device)
-    backends = pg_backends(group_backend)
-    used = backends.get(device.type, backends.get("", group_backend))
-    if device.type != selection.accelerator:
-        _warn_once(
-            f"the framework trains on {device} but accelbackends would select "
-            f"{selection.accelerator!r} ({selection.reason})"
-        )
-    if used != selection.backend:
-        _warn_once(
-            f"the process group uses backend {group_backend!r} for {device.type} tensors but "
-            f"accelbackends would select {selection.backend!r} for {selection.accelerator} "
-            f"({selection.backend_reason})"
-        )
+    used = _backend_used(device, selection, group_backend)
     master_port = os.environ.get("MASTER_PORT", "")
     return Context(
         rank=rank,

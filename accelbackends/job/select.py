@@ -87,45 +87,7 @@ def select(
     registry = registry or default_registry()
     candidates = registry.detect()
     by_name = {c.name: c for c in candidates}
-    name, source = _requested(
-        accelerator,
-        "accelerator",
-        config.read_name(registry.env, config.ACCELERATOR),
-        config.ACCELERATOR,
-    )
-    if name is not None:
-        if name not in by_name:
-            blocked = registry.blocked_plugins()
-            hint = f" (blocked plugins: {', '.join(blocked)})" if blocked else ""
-            meant = _MEANT.get(name.lower())
-            guess = (
-                f"; did you mean {meant!r}? ({name!r} names no accelerator: {_MEANT_WHY[meant]})"
-                if meant in by_name
-                else did_you_mean(name, sorted(by_name))
-            )
-            raise SelectionError(
-                f"{source} is not a known accelerator; known accelerators: "
-                f"{', '.join(sorted(by_name))}{hint}{guess}"
-            )
-        if not by_name[name].available:
-            raise SelectionError(
-                f"{source}: accelerator {name!r} is not available: {by_name[name].detection.reason}"
-            )
-        reason = f"requested by {source}"
-    else:
-        choice = registry.select_accelerator(candidates)
-        if choice is None:
-            raise SelectionError(
-                "no accelerator is available: "
-                + "; ".join(f"{c.name}: {c.detection.reason}" for c in candidates)
-            )
-        if choice.accelerator not in by_name or not by_name[choice.accelerator].available:
-            raise PluginError(
-                f"the selection hook chose {choice.accelerator!r}, which is not an available "
-                f"accelerator; available: {', '.join(c.name for c in candidates if c.available)}"
-            )
-        name, reason = choice.accelerator, choice.reason
-
+    name, reason = _chosen_accelerator(registry, candidates, by_name, accelerator)
     refusal = by_name[name].detection.refusal
     if refusal:
         # The devices are here but init() cannot use them as configured: an error, never a
@@ -134,7 +96,73 @@ def select(
             f"accelerator {name!r} ({reason}) is refused: {refusal}; or choose another "
             f"accelerator with {config.ACCELERATOR}"
         )
-    spec = by_name[name].spec
+    chosen_backend, backend_reason, process_group_backend = _chosen_backend(
+        registry, backend, name, by_name[name].spec
+    )
+    return Selection(
+        name, chosen_backend, reason, backend_reason, candidates, process_group_backend
+    )
+
+
+def _chosen_accelerator(
+    registry: Registry,
+    candidates: tuple[AcceleratorStatus, ...],
+    by_name: dict[str, AcceleratorStatus],
+    accelerator: str | None,
+) -> tuple[str, str]:
+    """The accelerator requested (by argument or environment) or else the selection hook's
+    choice, and the reason for it."""
+    name, source = _requested(
+        accelerator,
+        "accelerator",
+        config.read_name(registry.env, config.ACCELERATOR),
+        config.ACCELERATOR,
+    )
+    if name is not None:
+        _check_requested(registry, by_name, name, source)
+        return name, f"requested by {source}"
+    choice = registry.select_accelerator(candidates)
+    if choice is None:
+        raise SelectionError(
+            "no accelerator is available: "
+            + "; ".join(f"{c.name}: {c.detection.reason}" for c in candidates)
+        )
+    if choice.accelerator not in by_name or not by_name[choice.accelerator].available:
+        raise PluginError(
+            f"the selection hook chose {choice.accelerator!r}, which is not an available "
+            f"accelerator; available: {', '.join(c.name for c in candidates if c.available)}"
+        )
+    return choice.accelerator, choice.reason
+
+
+def _check_requested(
+    registry: Registry, by_name: dict[str, AcceleratorStatus], name: str, source: str
+) -> None:
+    """Raise unless the requested accelerator ``name`` is known and available."""
+    if name not in by_name:
+        blocked = registry.blocked_plugins()
+        hint = f" (blocked plugins: {', '.join(blocked)})" if blocked else ""
+        meant = _MEANT.get(name.lower())
+        guess = (
+            f"; did you mean {meant!r}? ({name!r} names no accelerator: {_MEANT_WHY[meant]})"
+            if meant in by_name
+            else did_you_mean(name, sorted(by_name))
+        )
+        raise SelectionError(
+            f"{source} is not a known accelerator; known accelerators: "
+            f"{', '.join(sorted(by_name))}{hint}{guess}"
+        )
+    if not by_name[name].available:
+        raise SelectionError(
+            f"{source}: accelerator {name!r} is not available: {by_name[name].detection.reason}"
+        )
+
+
+def _chosen_backend(
+    registry: Registry, backend: str | None, name: str, spec: AcceleratorSpec
+) -> tuple[str, str, str | None]:
+    """The backend requested (by argument or environment) or else ``name``'s default, the
+    reason for it, and the composite backend string passed to torch as given (or None)."""
     chosen_backend, backend_source = _requested(
         backend, "backend", config.read_name(registry.env, config.BACKEND), config.BACKEND
     )
@@ -153,9 +181,7 @@ def select(
                 f"{did_you_mean(chosen_backend, spec.backends)}"
             )
         backend_reason = f"requested by {backend_source}"
-    return Selection(
-        name, chosen_backend, reason, backend_reason, candidates, process_group_backend
-    )
+    return chosen_backend, backend_reason, process_group_backend
 
 
 def _from_composite(value: str, source: str, spec: AcceleratorSpec) -> str:

@@ -536,42 +536,8 @@ def _admit_as_rank_zero(
     choice: dict[str, str] | None = None,
     sample: Callable[[], None] | None = None,
 ) -> None:
-    started = deadline - join_timeout
-    members = [_member(r) for r in range(1, world_size)]
-    next_report = started + PROGRESS_EVERY
     try:
-        while True:
-            now = time.monotonic()
-            if store.wait(members, min(_TICK, deadline - now)):
-                break
-            if sample is not None:
-                sample()
-            conflict = _conflict(store)
-            if conflict:
-                raise RendezvousError(conflict)
-            replaced = _announcement_replaced(store, where)
-            if replaced:
-                # For every attempt: the ranks misled into another one read it there.
-                raise _fail(store, replaced, attempt=0)
-            intruder = _unproven_joiner(store, world_size, where)
-            if intruder:
-                raise RendezvousError(f"rank 0: {intruder}")
-            now = time.monotonic()
-            if now >= deadline:
-                missing = _missing(store, world_size)
-                extra = diagnose() if diagnose else ""
-                raise RendezvousError(
-                    f"rendezvous timed out after {join_timeout:g} s: "
-                    f"{world_size - len(missing)}/{world_size} ranks joined at {where}, rank"
-                    f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing "
-                    f"(raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
-                    f"missing ranks never started or cannot reach this address){extra}"
-                )
-            if now >= next_report:
-                log.warning(
-                    _progress(_missing(store, world_size), world_size, now - started, join_timeout)
-                )
-                next_report += PROGRESS_EVERY
+        _await_members(store, world_size, deadline, join_timeout, where, diagnose, sample)
         _check_members(store, admission, world_size, where, choice)
         verdict = json.dumps({"ok": True, "message": "", "mac": _verdict_mac(admission, True, "")})
         store.raw.set(store.key("verdict"), verdict)
@@ -589,19 +555,73 @@ def _admit_as_rank_zero(
         if peers is not None and ("not part of this job" in message or "proof" in message):
             message += peers()
             exc = RendezvousError(message)
-        with contextlib.suppress(Exception):
-            store.raw.set(
-                store.key("verdict"),
-                json.dumps(
-                    {
-                        "ok": False,
-                        "message": message,
-                        "mac": _verdict_mac(admission, False, message),
-                    }
-                ),
-            )
-            _let_ranks_read_the_verdict(store, world_size)
+        _publish_failure(store, admission, world_size, message)
         raise exc from None
+
+
+def _await_members(
+    store: _Store,
+    world_size: int,
+    deadline: float,
+    join_timeout: float,
+    where: str,
+    diagnose: Callable[[], str] | None,
+    sample: Callable[[], None] | None,
+) -> None:
+    """Wait until every rank other than 0 has left its record; raise on a conflict, a foreign
+    writer or the deadline, and say who is missing every `PROGRESS_EVERY` seconds."""
+    started = deadline - join_timeout
+    members = [_member(r) for r in range(1, world_size)]
+    next_report = started + PROGRESS_EVERY
+    while True:
+        now = time.monotonic()
+        if store.wait(members, min(_TICK, deadline - now)):
+            return
+        if sample is not None:
+            sample()
+        conflict = _conflict(store)
+        if conflict:
+            raise RendezvousError(conflict)
+        replaced = _announcement_replaced(store, where)
+        if replaced:
+            # For every attempt: the ranks misled into another one read it there.
+            raise _fail(store, replaced, attempt=0)
+        intruder = _unproven_joiner(store, world_size, where)
+        if intruder:
+            raise RendezvousError(f"rank 0: {intruder}")
+        now = time.monotonic()
+        if now >= deadline:
+            missing = _missing(store, world_size)
+            extra = diagnose() if diagnose else ""
+            raise RendezvousError(
+                f"rendezvous timed out after {join_timeout:g} s: "
+                f"{world_size - len(missing)}/{world_size} ranks joined at {where}, rank"
+                f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing "
+                f"(raise {config.RENDEZVOUS_TIMEOUT} if ranks start slowly; otherwise the "
+                f"missing ranks never started or cannot reach this address){extra}"
+            )
+        if now >= next_report:
+            log.warning(
+                _progress(_missing(store, world_size), world_size, now - started, join_timeout)
+            )
+            next_report += PROGRESS_EVERY
+
+
+def _publish_failure(store: _Store, admission: Admission, world_size: int, message: str) -> None:
+    """Write rank 0's failure verdict, signed, and give the ranks that joined a moment to read
+    it (best effort: the store may be what failed)."""
+    with contextlib.suppress(Exception):
+        store.raw.set(
+            store.key("verdict"),
+            json.dumps(
+                {
+                    "ok": False,
+                    "message": message,
+                    "mac": _verdict_mac(admission, False, message),
+                }
+            ),
+        )
+        _let_ranks_read_the_verdict(store, world_size)
 
 
 class _Refused(RendezvousError):

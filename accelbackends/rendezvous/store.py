@@ -9,6 +9,7 @@ never come, fails with "k/N ranks joined"; only then is the collective timeout s
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -228,8 +229,6 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> _Bound
     left waiting for it would still be inside torch when ``init()`` returns. Costs one extra
     connection to the store per rank (its server looks the peer's name up, as for every
     connection: docs/performance.md)."""
-    import torch.distributed as dist
-
     assert cluster.master_addr and cluster.master_port
     where = (
         f"{cluster.master_addr}:{cluster.master_port} "
@@ -255,20 +254,34 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> _Bound
     )
     if probe is not None:
         probe.close()
+    _refuse_unless_a_store(peer, error, cluster.rank, where, seconds, deadline, nobody_listens)
+    return _connect(cluster, where, seconds, deadline)
+
+
+def _refuse_unless_a_store(
+    peer: storewire.Peer,
+    error: str,
+    rank: int,
+    where: str,
+    seconds: float,
+    deadline: float,
+    nobody_listens: str,
+) -> None:
+    """Raise the error for what the probe found at rank 0's address, unless it is a store."""
     if peer is storewire.Peer.NOBODY:
         raise RendezvousError(nobody_listens)
     if peer is storewire.Peer.UNTAKEN:
         # Neither taken nor turned away: a backlog flooded with idle connections, which is not
         # "nothing accepts connections there" and must not be reported so.
         raise RendezvousError(
-            f"rank {cluster.rank} could not reach the rendezvous store at {where} within "
+            f"rank {rank} could not reach the rendezvous store at {where} within "
             f"{seconds:g} s: the port turns no connection away but takes none ({error}): its "
             "backlog is full of connections that never speak (a denial of service on "
             "MASTER_PORT), or a firewall drops them; rank 0 may be running"
         )
     if peer is not storewire.Peer.STORE:
         other = RendezvousError(
-            f"rank {cluster.rank}: the process at {where} accepted the connection but did not "
+            f"rank {rank}: the process at {where} accepted the connection but did not "
             f"answer as a rendezvous store within {seconds:g} s ({peer.value}): another program "
             "is using that port, or the store is flooded with connections that never speak (a "
             "denial of service on MASTER_PORT)"
@@ -278,6 +291,13 @@ def _client(cluster: ClusterInfo, timeout: timedelta, deadline: float) -> _Bound
             # (`meet` asks again until the deadline; another program stays named then).
             raise _StoreGone(other)
         raise other
+
+
+def _connect(cluster: ClusterInfo, where: str, seconds: float, deadline: float) -> _Bounded:
+    """torch's client of the store a probe has just found at rank 0's address."""
+    import torch.distributed as dist
+
+    assert cluster.master_addr and cluster.master_port
     try:
         remaining = torchcompat.store_timeout(max(0.1, deadline - time.monotonic()))
         before = _socket_fds()
@@ -377,20 +397,8 @@ def meet(
 
     deadline = time.monotonic() + join_timeout
     if cluster.store_socket is not None:
-        # A file in a directory only this user may enter: nobody else can open it, so the ranks
-        # need no secret to tell each other apart from intruders. -1: FileStore must not delete
-        # the file when its users leave; spawn() removes the directory.
-        raw = dist.FileStore(cluster.store_socket, -1)
-        raw.set_timeout(timedelta(seconds=join_timeout))
-        return _join(
-            raw,
-            cluster,
-            join_timeout,
-            deadline,
-            generation,
-            where=f"the local store {cluster.store_socket}",
-            secret=Secret(None, "a private local socket"),
-            choice=choice,
+        return _meet_on_file(
+            cluster, cluster.store_socket, join_timeout, deadline, generation, choice
         )
     if cluster.world_size == 1 and not cluster.store_hosted:
         store = dist.HashStore()
@@ -427,6 +435,53 @@ def meet(
             secret=secret,
             choice=choice,
         )
+    return _meet_as_client(
+        cluster, join_timeout, deadline, generation, where=where, secret=secret, choice=choice
+    )
+
+
+def _meet_on_file(
+    cluster: ClusterInfo,
+    path: str,
+    join_timeout: float,
+    deadline: float,
+    generation: int,
+    choice: dict[str, str] | None,
+) -> Rendezvous:
+    """Join through spawn's file store at ``path``."""
+    import torch.distributed as dist
+
+    # A file in a directory only this user may enter: nobody else can open it, so the ranks
+    # need no secret to tell each other apart from intruders. -1: FileStore must not delete
+    # the file when its users leave; spawn() removes the directory.
+    raw = dist.FileStore(path, -1)
+    raw.set_timeout(timedelta(seconds=join_timeout))
+    return _join(
+        raw,
+        cluster,
+        join_timeout,
+        deadline,
+        generation,
+        where=f"the local store {path}",
+        secret=Secret(None, "a private local socket"),
+        choice=choice,
+    )
+
+
+def _meet_as_client(
+    cluster: ClusterInfo,
+    join_timeout: float,
+    deadline: float,
+    generation: int,
+    *,
+    where: str,
+    secret: Secret,
+    choice: dict[str, str] | None,
+) -> Rendezvous:
+    """Join as a client of rank 0's store, connecting again while a store goes away under the
+    join (the previous cycle's) until ``deadline``."""
+    timeout = timedelta(seconds=join_timeout)
+    raw: _Bounded | None
     while True:
         try:
             raw = _client(cluster, timeout, deadline)
@@ -470,53 +525,9 @@ def _join(
     import torch.distributed as dist
 
     hosts_store = cluster.rank == 0 and not cluster.store_hosted and cluster.master_port
-    port = cluster.master_port
-    watch = network.PortWatch(port) if hosts_store and port is not None else None
-
-    def diagnose() -> str:
-        if watch is None:
-            return ""
-        peers = network.connections_to(watch.port)
-        # Each rank holds one connection, rank 0's own client included.
-        if len(peers) > cluster.world_size:
-            return (
-                f"; {len(peers)} connections are open to port {watch.port}, more than the "
-                f"job's {cluster.world_size} ranks use: another program is holding the port's "
-                "connections (a denial of service), which may keep the missing ranks out"
-            )
-        watch.sample()
-        # Each rank makes two: the probe that finds the store (`_client`), then torch's client.
-        if len(watch.seen) <= _CONNECTIONS_PER_RANK * cluster.world_size:
-            return ""
-        return (
-            f"; {len(watch.seen)} different connections came to port {watch.port} during the "
-            f"wait (at most {watch.peak} open at once), many more than the job's "
-            f"{cluster.world_size} ranks make: another program is opening and closing "
-            "connections to the port (a denial of service), which may keep the missing ranks "
-            "out"
-        )
-
-    def peers() -> str:
-        found = network.connections_to(port) if hosts_store and port is not None else []
-        if not found:
-            return ""
-        shown = ", ".join(found[:_PEERS_SHOWN])
-        more = f" and {len(found) - _PEERS_SHOWN} more" if len(found) > _PEERS_SHOWN else ""
-        return f" (connected to the store: {shown}{more})"
-
-    def failed(exc: Exception) -> RendezvousError:
-        if first_line(exc).startswith("Socket Timeout"):  # `_Bounded`'s deadline
-            return RendezvousError(
-                f"rank {cluster.rank}: the rendezvous store at {where} stopped answering: no "
-                f"reply by the end of the {join_timeout:g} s rendezvous timeout (rank 0 is "
-                "stopped or overloaded, or its store of a previous cycle was being torn down)"
-            )
-        return RendezvousError(
-            f"rank {cluster.rank}: the rendezvous store at {where} failed during the join: "
-            f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
-            "store)"
-        )
-
+    port = cluster.master_port if hosts_store else None
+    watch = network.PortWatch(port) if port is not None else None
+    failed = functools.partial(_failed, rank=cluster.rank, where=where, join_timeout=join_timeout)
     try:
         generation = membership.open_attempt(
             raw,
@@ -544,8 +555,8 @@ def _join(
             deadline=deadline,
             join_timeout=join_timeout,
             where=where,
-            diagnose=diagnose,
-            peers=peers,
+            diagnose=functools.partial(_crowding, watch, cluster.world_size),
+            peers=functools.partial(_connected, port),
             choice=choice,
             sample=watch.sample if watch is not None else None,
         )
@@ -557,6 +568,57 @@ def _join(
             dist.PrefixStore(prefix, raw.raw), raw.raw, admission, generation, client=raw
         )
     return Rendezvous(dist.PrefixStore(prefix, raw), raw, admission, generation)
+
+
+def _crowding(watch: network.PortWatch | None, world_size: int) -> str:
+    """Rank 0's words, for its rendezvous timeout, on connections to the store's port that the
+    job's ranks do not account for ("" where there are none, or rank 0 hosts no store)."""
+    if watch is None:
+        return ""
+    peers = network.connections_to(watch.port)
+    # Each rank holds one connection, rank 0's own client included.
+    if len(peers) > world_size:
+        return (
+            f"; {len(peers)} connections are open to port {watch.port}, more than the "
+            f"job's {world_size} ranks use: another program is holding the port's "
+            "connections (a denial of service), which may keep the missing ranks out"
+        )
+    watch.sample()
+    # Each rank makes two: the probe that finds the store (`_client`), then torch's client.
+    if len(watch.seen) <= _CONNECTIONS_PER_RANK * world_size:
+        return ""
+    return (
+        f"; {len(watch.seen)} different connections came to port {watch.port} during the "
+        f"wait (at most {watch.peak} open at once), many more than the job's "
+        f"{world_size} ranks make: another program is opening and closing "
+        "connections to the port (a denial of service), which may keep the missing ranks "
+        "out"
+    )
+
+
+def _connected(port: int | None) -> str:
+    """Who is connected to the store rank 0 hosts on ``port`` ("" where none, or no port)."""
+    found = network.connections_to(port) if port is not None else []
+    if not found:
+        return ""
+    shown = ", ".join(found[:_PEERS_SHOWN])
+    more = f" and {len(found) - _PEERS_SHOWN} more" if len(found) > _PEERS_SHOWN else ""
+    return f" (connected to the store: {shown}{more})"
+
+
+def _failed(exc: Exception, *, rank: int, where: str, join_timeout: float) -> RendezvousError:
+    """The error for a store read or write that failed during the join."""
+    if first_line(exc).startswith("Socket Timeout"):  # `_Bounded`'s deadline
+        return RendezvousError(
+            f"rank {rank}: the rendezvous store at {where} stopped answering: no "
+            f"reply by the end of the {join_timeout:g} s rendezvous timeout (rank 0 is "
+            "stopped or overloaded, or its store of a previous cycle was being torn down)"
+        )
+    return RendezvousError(
+        f"rank {rank}: the rendezvous store at {where} failed during the join: "
+        f"{first_line(exc).rstrip('.')} (rank 0 ended, or another process disturbed the "
+        "store)"
+    )
 
 
 class _StoreGone(Exception):
